@@ -1,0 +1,1 @@
+"""Course tooling: grading, the recovery checkpoint, the command line."""

@@ -1,0 +1,1 @@
+"""Reference organisations built on the runtime: Lucy's ice-cream shop."""

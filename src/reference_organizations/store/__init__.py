@@ -1,0 +1,1 @@
+"""Lucy's shop: catalogue, assistant worker, and an independent supplier process."""

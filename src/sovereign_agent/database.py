@@ -1,0 +1,111 @@
+"""One SQLite file per runtime, opened the same way by every process that shares it.
+
+WAL lets readers and one writer overlap; the busy timeout lets writers queue instead of failing;
+`immediate()` takes the write lock *before* the first read, so a check and the write it guards
+can never be separated by another process's commit.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from sovereign_agent.migrations import MIGRATIONS
+
+BUSY_TIMEOUT_SECONDS = 10.0
+
+
+class AuthorityMismatch(RuntimeError):
+    """The database and its `.authority` marker disagree: one of them was replaced."""
+
+
+def authority_marker(database_file: str | Path) -> Path:
+    """`agent.sqlite` -> `agent.authority`, beside it."""
+    return Path(database_file).with_suffix(".authority")
+
+
+class Database:
+    """A file SQLite connection with the runtime's schema applied."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
+        if synchronous not in {"FULL", "NORMAL"}:
+            raise ValueError("synchronous must be FULL or NORMAL")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.connection = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None
+        )
+        self.connection.row_factory = sqlite3.Row
+        self.connection.execute("PRAGMA journal_mode=WAL")
+        self.connection.execute(f"PRAGMA synchronous={synchronous}")
+        self.connection.execute("PRAGMA foreign_keys=ON")
+        self.connection.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
+        try:
+            self._migrate()
+            self._check_authority()
+        except BaseException:
+            self.connection.close()
+            raise
+
+    @contextmanager
+    def immediate(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE; commit on success, roll back and re-raise on any exception."""
+        if self.connection.in_transaction:
+            raise RuntimeError("a transaction is already pending on this connection")
+        self.connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.connection
+        except BaseException:
+            self.connection.rollback()
+            raise
+        else:
+            self.connection.commit()
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        """Forward-only: apply each migration newer than `user_version`, one transaction each."""
+        for version, statements in enumerate(MIGRATIONS, start=1):
+            with self.immediate() as connection:
+                if connection.execute("PRAGMA user_version").fetchone()[0] >= version:
+                    continue
+                for statement in statements:
+                    connection.execute(statement)
+                if version == 1:
+                    self._create_authority(connection)
+                connection.execute(f"PRAGMA user_version={version}")
+        current = self.connection.execute("PRAGMA user_version").fetchone()[0]
+        if current > len(MIGRATIONS):
+            raise RuntimeError(f"database schema {current} is newer than this runtime")
+
+    def _create_authority(self, connection: sqlite3.Connection) -> None:
+        """The epoch is born with the schema; the marker file is its companion outside SQLite."""
+        epoch = secrets.token_hex(16)
+        connection.execute("INSERT INTO assistant_control(id, epoch, paused) VALUES (1, ?, 0)", (epoch,))
+        marker = authority_marker(self.path)
+        if marker.exists() and marker.read_text() != epoch:
+            raise AuthorityMismatch(f"{marker} belongs to another database")
+        temporary = marker.with_name(marker.name + f".{os.getpid()}.tmp")
+        temporary.write_text(epoch)
+        os.replace(temporary, marker)
+
+    def _check_authority(self) -> None:
+        epoch = self.connection.execute("SELECT epoch FROM assistant_control WHERE id=1").fetchone()[0]
+        marker = authority_marker(self.path)
+        try:
+            found = marker.read_text()
+        except OSError:
+            raise AuthorityMismatch(f"authority marker {marker} is missing") from None
+        if found != epoch:
+            raise AuthorityMismatch(f"{marker} does not match this database's epoch")
