@@ -1,0 +1,132 @@
+"""Lucy's assistant worker: one pass takes one assignment and carries it as far as it may go.
+
+Order of business in a pass: first any assignment whose supplier order is uncertain (discover
+it before anything else happens), then ordinary work. A claimed assignment that already has a
+recorded, approved order is continued from the records, without asking the model again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+from reference_organizations.store.agent import SUPPLIER_IDENTITY, ShopTools
+from sovereign_agent.agent_loop import Limits, run_loop
+from sovereign_agent.assistant_orders import OrderRefused, SpendingPolicy, execute
+from sovereign_agent.assistant_work import BudgetExhausted, Claim, reserve_model_call
+from sovereign_agent.database import Database
+from sovereign_agent.model import Model
+from sovereign_agent.ownership import REFERENCE, Ownership
+from sovereign_agent.suppliers import OutcomeUnknown, Supplier
+
+LEASE_MARGIN_SECONDS = 5.0
+
+
+def run_once(
+    db: Database,
+    model: Model,
+    *,
+    owner: str | None = None,
+    policy: SpendingPolicy | None = None,
+    supplier: Supplier | None = None,
+    limits: Limits = Limits(),
+    ownership: Ownership = REFERENCE,
+) -> dict[str, Any]:
+    """One worker pass. Returns {"status": "IDLE"} when nothing is eligible."""
+    owner = owner or _fresh_owner()
+    if supplier is not None:
+        recovered = reconcile_once(db, supplier, owner=owner, policy=policy, limits=limits, ownership=ownership)
+        if recovered["status"] != "IDLE":
+            return recovered
+    work = ownership.claim(db, owner, ttl=lease_seconds(limits, supplier))
+    if work is None:
+        return {"status": "IDLE"}
+    order = ownership.order_to_continue(db, work)
+    if order is not None and supplier is not None:
+        return _continue_order(db, work, order, supplier, policy, ownership)
+    return _reason(db, work, model, limits, supplier, ownership)
+
+
+def reconcile_once(
+    db: Database,
+    supplier: Supplier,
+    *,
+    owner: str | None = None,
+    policy: SpendingPolicy | None = None,
+    limits: Limits = Limits(),
+    ownership: Ownership = REFERENCE,
+) -> dict[str, Any]:
+    """A recovery-only pass: take an assignment with an uncertain order and discover its fate."""
+    work = ownership.claim(db, owner or _fresh_owner(), ttl=lease_seconds(limits, supplier), recovery_only=True)
+    if work is None:
+        return {"status": "IDLE"}
+    order = ownership.order_to_continue(db, work)
+    return _continue_order(db, work, order, supplier, policy, ownership)
+
+
+def lease_seconds(limits: Limits, supplier: Supplier | None) -> float:
+    """Long enough for the whole bounded pass, so an honest worker never outlives its lease."""
+    return limits.max_seconds + (supplier.timeout if supplier else 0) + LEASE_MARGIN_SECONDS
+
+
+def _continue_order(
+    db: Database, work: Claim, order: str, supplier: Supplier, policy: SpendingPolicy | None, ownership: Ownership
+) -> dict[str, Any]:
+    policy = policy or SpendingPolicy(frozenset(), total_pence=0)
+    outcome = {"work": work.id, "generation": work.generation, "owner": work.owner, "order": order, "model_calls": 0}
+    cancelled = db.connection.execute("SELECT cancelled FROM assistant_work WHERE id=?", (work.id,)).fetchone()[0]
+    try:
+        receipt = execute(db, work, order, supplier, policy=policy, fence=ownership.assert_current)
+    except OutcomeUnknown:
+        status, result = ("CANCELLED" if cancelled else "BLOCKED"), "supplier outcome unknown; reconcile later"
+        ownership.finish(db, work, status, result)
+        return outcome | {"status": status, "result": result}
+    except OrderRefused as refusal:
+        status = "CANCELLED" if cancelled else "BLOCKED"
+        ownership.finish(db, work, status, str(refusal))
+        return outcome | {"status": status, "result": str(refusal)}
+    status = "CANCELLED" if cancelled else "DONE"
+    ownership.finish(db, work, status, json.dumps({"order": order, "receipt": receipt}, sort_keys=True))
+    return outcome | {"status": status, "receipt": receipt}
+
+
+def _reason(
+    db: Database, work: Claim, model: Model, limits: Limits, supplier: Supplier | None, ownership: Ownership
+) -> dict[str, Any]:
+    tools = ShopTools(
+        db, work, target=supplier.identity if supplier else SUPPLIER_IDENTITY, fence=ownership.assert_current
+    )
+    messages = [{"role": "user", "content": work.prompt, "subject": work.subject}]
+    outcome = {"work": work.id, "generation": work.generation, "owner": work.owner}
+    try:
+        loop = run_loop(
+            model,
+            tools,
+            messages,
+            limits=limits,
+            observe=lambda message: ownership.observe(db, work, message),
+            check_current=lambda: ownership.assert_current(db.connection, work),
+            reserve_call=lambda: reserve_model_call(
+                db, work, limits.max_output_tokens, fence=ownership.assert_current
+            ),
+        )
+    except BudgetExhausted as exhausted:
+        ownership.finish(db, work, "BLOCKED", str(exhausted))
+        return outcome | {"status": "BLOCKED", "result": str(exhausted)}
+    drafts = db.connection.execute(
+        "SELECT count(*) FROM assistant_orders WHERE work_id=? AND status='DRAFT'", (work.id,)
+    ).fetchone()[0]
+    if loop.status != "DONE":
+        status, result = "BLOCKED", f"loop ended: {loop.status}"
+    elif drafts:
+        status, result = "BLOCKED", "awaiting operator approval: " + loop.content
+    else:
+        status, result = "DONE", loop.content
+    ownership.finish(db, work, status, result)
+    return outcome | {"status": status, "result": result, "turns": loop.turns}
+
+
+def _fresh_owner() -> str:
+    return f"worker-{os.getpid()}-{uuid.uuid4().hex[:6]}"

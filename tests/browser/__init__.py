@@ -1,0 +1,1 @@
+"""Real-browser tests: JupyterLab driven by Playwright in Debian's chromium."""
