@@ -1,0 +1,125 @@
+"""`course`: the everyday jobs of the course from a terminal.
+
+Runtime jobs (start the supplier, queue work, run one worker pass, show status) and the
+instructor's grading jobs (release, autograde, feedback, grades). Each command is a thin shell
+around a library function, so the notebooks and tests exercise the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from reference_organizations.store.agent import OfflineShopModel, seed_lucy
+from reference_organizations.store.assistant import run_once
+from reference_organizations.store.supplier import SupplierClient
+from sovereign_agent.assistant_orders import SpendingPolicy
+from sovereign_agent.assistant_work import enqueue as enqueue_work
+from sovereign_agent.database import Database
+from sovereign_agent.status import format_report, status_report
+
+DATABASE = click.option(
+    "--database", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The shop's SQLite file."
+)
+
+
+@click.group()
+def main() -> None:
+    """Recover work after a process crash: runtime and grading commands."""
+
+
+@main.command()
+@click.option("--database", "ledger", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The supplier's own SQLite ledger.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True)
+@click.option("--ready", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="File to write (atomically) once listening.")
+def supplier(ledger: Path, port: int, ready: Path) -> None:
+    """Run the HTTP supplier in the foreground (127.0.0.1 only)."""
+    from reference_organizations.store import supplier as supplier_process
+
+    sys.exit(supplier_process.main(["--database", str(ledger), "--port", str(port), "--ready", str(ready)]))
+
+
+@main.command()
+@DATABASE
+@click.argument("origin")
+@click.argument("session")
+@click.argument("prompt")
+@click.option("--subject", default="", help="Product the assignment is about, e.g. SKU-VANILLA.")
+def enqueue(database: Path, origin: str, session: str, prompt: str, subject: str) -> None:
+    """Queue an assignment (idempotent per ORIGIN)."""
+    with Database(database) as db:
+        seed_lucy(db)
+        try:
+            click.echo(enqueue_work(db, origin, session, prompt, subject=subject))
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+
+
+@main.command()
+@DATABASE
+@click.option("--supplier-ready", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The supplier's ready file; without it, orders are drafted but never sent.")
+@click.option("--owner", default=None, help="Owner label for the claim (default: a fresh one).")
+@click.option("--operator", "operators", multiple=True, default=("lucy",), show_default=True)
+def worker(database: Path, supplier_ready: Path | None, owner: str | None, operators: tuple[str, ...]) -> None:
+    """Run one worker pass with the offline shop model and print its outcome as JSON."""
+    client = SupplierClient.from_ready_file(supplier_ready) if supplier_ready else None
+    with Database(database) as db:
+        seed_lucy(db)
+        limit = db.connection.execute("SELECT limit_pence FROM assistant_spending WHERE id=1").fetchone()[0]
+        policy = SpendingPolicy(frozenset(operators), total_pence=limit)
+        outcome = run_once(db, OfflineShopModel(), owner=owner, policy=policy, supplier=client)
+    click.echo(json.dumps(outcome, indent=2, sort_keys=True))
+
+
+@main.command()
+@DATABASE
+@click.option("--supplier-ready", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(database: Path, supplier_ready: Path | None, as_json: bool) -> None:
+    """Health, progress, cancellation and external completion: four separate answers."""
+    client = SupplierClient.from_ready_file(supplier_ready) if supplier_ready else None
+    with Database(database) as db:
+        report = status_report(db, supplier=client)
+    click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else format_report(report))
+
+
+@main.command()
+def release() -> None:
+    """Generate the learner release (notebooks/ch12) from the solutions, outputs stripped."""
+    from course.grading import commands
+
+    commands.release()
+
+
+@main.command()
+@click.option("--submitted", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Folder of submissions (default: ./submitted).")
+def autograde(submitted: Path | None) -> None:
+    """Autograde every submission; a broken one cannot stop the rest of the class."""
+    from course.grading import commands
+
+    commands.autograde(submitted)
+
+
+@main.command()
+def feedback() -> None:
+    """Feedback HTML for every student, with hidden tests removed."""
+    from course.grading import commands
+
+    commands.feedback()
+
+
+@main.command()
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("grades.csv"),
+              show_default=True)
+def grades(output: Path) -> None:
+    """Export the gradebook as CSV."""
+    from course.grading import commands
+
+    commands.export_grades(output)

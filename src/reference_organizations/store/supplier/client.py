@@ -1,0 +1,113 @@
+"""The shop's side of the supplier protocol: a timeout means "outcome unknown", never "failed"."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from reference_organizations.store.supplier.protocol import DEFAULT_IDENTITY, OPERATION
+from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
+
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+
+
+
+
+
+
+class SupplierClient:
+    """The shop's side of the protocol (implements sovereign_agent.suppliers.Supplier).
+
+    Any answer we did not get (timeout, refused or reset connection, dropped response, 5xx)
+    raises OutcomeUnknown: the order may exist, and only a lookup can tell. A 4xx raises
+    SupplierRefused. `timeout` bounds each socket operation, not the whole call.
+    """
+
+    idempotent = True
+
+    def __init__(self, endpoint: str, *, identity: str = DEFAULT_IDENTITY, timeout: float = 3.0) -> None:
+        parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
+        try:
+            port = parts.port if parts else None
+        except ValueError:
+            port = None
+        if (
+            parts is None
+            or parts.scheme != "http"
+            or parts.hostname not in LOOPBACK_NAMES
+            or not port
+            or parts.username is not None
+            or parts.path not in {"", "/"}
+            or parts.query
+            or parts.fragment
+        ):
+            raise ValueError(
+                f"endpoint must be http://127.0.0.1:PORT (or localhost, [::1]): {endpoint!r}"
+            )
+        if not (
+            isinstance(timeout, (int, float))
+            and not isinstance(timeout, bool)
+            and math.isfinite(timeout)
+            and 0 < timeout <= 60
+        ):
+            raise ValueError(f"timeout must be a finite number of seconds in (0, 60]: {timeout!r}")
+        self.endpoint = f"http://{parts.netloc}"
+        self.identity = identity
+        self.timeout = float(timeout)
+        self._host, self._port = parts.hostname, port
+
+    @classmethod
+    def from_ready_file(cls, path: str | os.PathLike[str], *, timeout: float = 3.0) -> SupplierClient:
+        ready = json.loads(Path(path).read_text())
+        return cls(ready["endpoint"], identity=ready["identity"], timeout=timeout)
+
+    def lookup(self, operation: str) -> dict[str, Any] | None:
+        status, body = self._request("GET", operation)
+        return None if status == 404 else self._receipt(operation, status, body)
+
+    def order(self, operation: str, proposal: dict[str, Any]) -> dict[str, Any]:
+        payload = json.dumps(proposal, allow_nan=False).encode("utf-8")
+        return self._receipt(operation, *self._request("POST", operation, payload))
+
+    def _request(self, method: str, operation: str, body: bytes | None = None) -> tuple[int, bytes]:
+        if not (isinstance(operation, str) and OPERATION.fullmatch(operation)):
+            raise ValueError(f"operation must be 32 lowercase hex characters: {operation!r}")
+        headers = {} if body is None else {"Content-Type": "application/json"}
+        connection = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+        try:
+            connection.request(method, f"/orders/{operation}", body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException) as error:
+            raise OutcomeUnknown(
+                f"{method} {operation}: no answer from {self.endpoint} ({error!r})"
+            ) from error
+        finally:
+            connection.close()
+
+    def _receipt(self, operation: str, status: int, body: bytes) -> dict[str, Any]:
+        if 400 <= status < 500:
+            try:
+                message = json.loads(body)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = body.decode("utf-8", "replace")
+            raise SupplierRefused(f"HTTP {status}: {message}")
+        try:
+            receipt = json.loads(body) if status in {200, 201} else None
+        except ValueError:
+            receipt = None
+        if not isinstance(receipt, dict):
+            raise OutcomeUnknown(f"{operation}: HTTP {status} without a readable receipt")
+        if receipt.get("operation") != operation or receipt.get("supplier") != self.identity:
+            raise SupplierRefused(
+                f"{self.endpoint} answered as {receipt.get('supplier')!r}"
+                f" for {receipt.get('operation')!r}"
+            )
+        return receipt
+
+

@@ -1,0 +1,112 @@
+"""Start a supplier process from a notebook, a test or the checkpoint; it dies with its parent."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reference_organizations.store.supplier.client import SupplierClient
+from reference_organizations.store.supplier.protocol import (
+    BUSY_TIMEOUT_SECONDS,
+    DEFAULT_IDENTITY,
+)
+from sovereign_agent.children import spawn, stop, wait_for_file
+
+
+@dataclass
+class SupplierProcess:
+    """A running supplier started by `start_supplier`; stop it (or use `with`) when done."""
+
+    process: subprocess.Popen[bytes]
+    ledger: Path
+    endpoint: str
+    identity: str
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def client(self, timeout: float = 3.0) -> SupplierClient:
+        return SupplierClient(self.endpoint, identity=self.identity, timeout=timeout)
+
+    def orders(self) -> list[dict[str, Any]]:
+        """The ledger's orders, read with plain sqlite3 (proposal and receipt decoded)."""
+        rows = self._query("SELECT operation, proposal, receipt FROM orders ORDER BY rowid")
+        return [
+            {"operation": operation, "proposal": json.loads(proposal), "receipt": json.loads(receipt)}
+            for operation, proposal, receipt in rows
+        ]
+
+    def requests(self, method: str | None = None) -> list[dict[str, Any]]:
+        """Every request the supplier answered or dropped, oldest first; optionally one method."""
+        sql = "SELECT seq, method, operation, status, at FROM requests WHERE ?1 IS NULL OR method = ?1"
+        rows = self._query(sql + " ORDER BY seq", (method,))
+        return [dict(zip(("seq", "method", "operation", "status", "at"), row)) for row in rows]
+
+    def stop(self) -> int:
+        return stop(self.process)
+
+    def _query(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with closing(sqlite3.connect(self.ledger, timeout=BUSY_TIMEOUT_SECONDS)) as db:
+            return db.execute(sql, parameters).fetchall()
+
+    def __enter__(self) -> SupplierProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def start_supplier(
+    ledger: str | os.PathLike[str],
+    *,
+    ready: str | os.PathLike[str] | None = None,
+    identity: str = DEFAULT_IDENTITY,
+    drop_first_response: bool = False,
+    hold_seconds: float = 0,
+    committed_file: str | os.PathLike[str] | None = None,
+    reject: bool = False,
+    timeout: float = 15,
+) -> SupplierProcess:
+    """Start a supplier process that dies with this one; return once it is listening.
+
+    Its stderr goes to `<ledger>.log` (shown if it fails to start); the ready file defaults
+    to `<ledger>.ready`.
+    """
+    ledger = Path(ledger).resolve()
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    ready = Path(ready) if ready is not None else ledger.with_suffix(".ready")
+    ready.unlink(missing_ok=True)  # a stale ready file would announce a process that is gone
+    argv = [
+        sys.executable, "-m", "reference_organizations.store.supplier",
+        "--database", ledger, "--port", "0", "--ready", ready,
+        "--identity", identity, "--hold-seconds", str(hold_seconds),
+        "--parent-pid", str(os.getpid()),
+    ]
+    argv += ["--drop-first-response"] if drop_first_response else []
+    argv += ["--committed-file", committed_file] if committed_file is not None else []
+    argv += ["--reject"] if reject else []
+    log = ledger.with_suffix(".log")
+    with open(log, "ab") as stderr:
+        process = spawn(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        info = json.loads(wait_for_file(ready, timeout=timeout, process=process))
+        if info["pid"] != process.pid:
+            raise RuntimeError(f"{ready} was written by process {info['pid']}, not {process.pid}")
+    except RuntimeError as error:
+        stop(process)
+        tail = log.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{error}; its stderr ends with:\n{tail}") from None
+    except BaseException:
+        stop(process)
+        raise
+    return SupplierProcess(process, ledger, info["endpoint"], info["identity"])
+
+
