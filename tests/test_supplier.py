@@ -299,3 +299,10 @@ def test_server_refuses_a_non_loopback_host(tmp_path: Path):
         capture_output=True, timeout=10,
     )
     assert result.returncode == 2 and not (tmp_path / "ready.json").exists()
+
+
+def test_health_names_the_supplier_and_counts_its_orders(live_supplier):
+    client = live_supplier.client()
+    assert client.health() == {"identity": "lucy-wholesale", "orders": 0}
+    client.order("c" * 32, proposal())
+    assert client.health()["orders"] == 1

@@ -84,8 +84,7 @@ def worker(database: Path, supplier_ready: Path | None, owner: str | None, opera
 def status(database: Path, supplier_ready: Path | None, as_json: bool) -> None:
     """Health, progress, cancellation and external completion: four separate answers."""
     client = SupplierClient.from_ready_file(supplier_ready) if supplier_ready else None
-    with Database(database) as db:
-        report = status_report(db, supplier=client)
+    report = status_report(database, supplier=client)  # read-only: it also describes a database it would refuse
     click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else format_report(report))
 
 

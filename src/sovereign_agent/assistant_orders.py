@@ -20,7 +20,7 @@ from typing import Any, Callable
 from sovereign_agent.assistant_work import Claim, assert_current
 from sovereign_agent.database import Database
 from sovereign_agent.events import append_event
-from sovereign_agent.suppliers import OutcomeUnknown, Supplier
+from sovereign_agent.suppliers import OutcomeUnknown, Supplier, SupplierRefused
 
 OPERATIONS = uuid.UUID("5d1c8a52-6c9e-4c57-9f43-0a3e2f7b8c11")
 UNSENT = ("DRAFT", "APPROVED")
@@ -144,7 +144,9 @@ def execute(
 
     Returns the supplier's receipt. Raises PermissionError for a stale holder (before anything
     is looked up or sent), OrderRefused when admission fails, and OutcomeUnknown when the
-    request's fate is unknown: the order then stays UNKNOWN with its reservation kept.
+    request's fate is unknown: the order then stays UNKNOWN with its reservation kept. A
+    supplier that answers with a refusal (SupplierRefused) did not take the order: that is a
+    settled outcome, recorded as REJECTED with the reservation released.
     """
     with db.immediate() as connection:
         fence(connection, work, now)
@@ -168,6 +170,10 @@ def execute(
             connection.execute("UPDATE assistant_orders SET status='UNKNOWN' WHERE id=? AND status='SENDING'", (order_id,))
             append_event(db, "assistant.order.unknown", {"order": order_id, "generation": work.generation})
         raise
+    except SupplierRefused as refusal:
+        # An answer, not a silence: left SENDING, the order would keep its reservation and be
+        # looked up and resent by every later pass, each refused the same way.
+        receipt = {"operation": order_id, "status": "REFUSED", "reason": str(refusal)}
     return _settle(db, work, order, receipt, fence)
 
 

@@ -104,9 +104,13 @@ SELECT w.* FROM assistant_work AS w
 
 # Recovery-only eligibility: work with an order whose supplier outcome is uncertain, whatever
 # its state (cancelled work included: its uncertain order still has to be discovered).
+# `INDEXED BY`: without ANALYZE statistics SQLite prefers scanning the covering index of *every*
+# order (orders_by_work), inside the write transaction, on every worker pass; the partial index
+# holds only the uncertain few.
 _RECOVERABLE = """
 SELECT w.* FROM assistant_work AS w
- WHERE w.id IN (SELECT work_id FROM assistant_orders WHERE status IN ('SENDING', 'UNKNOWN'))
+ WHERE w.id IN (SELECT work_id FROM assistant_orders INDEXED BY orders_uncertain
+                 WHERE status IN ('SENDING', 'UNKNOWN'))
    AND w.role = :role
    AND (:identifier = '' OR w.id = :identifier)
    AND (:control_only = 0 OR w.control = 1)

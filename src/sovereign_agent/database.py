@@ -59,11 +59,11 @@ class Database:
         self.connection.execute("BEGIN IMMEDIATE")
         try:
             yield self.connection
-        except BaseException:
-            self.connection.rollback()
-            raise
-        else:
             self.connection.commit()
+        except BaseException:
+            if self.connection.in_transaction:  # also when COMMIT itself failed
+                self.connection.rollback()
+            raise
 
     def close(self) -> None:
         self.connection.close()

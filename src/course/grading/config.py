@@ -21,8 +21,16 @@ def configure(c, root):
     # Stray run artefacts must not reach the release (or the feedback folder); paired .py
     # files (jupytext) would carry the solutions.
     c.CourseDirectory.ignore = [
-        ".ipynb_checkpoints", "__pycache__", "*.pyc", "*.py", "feedback",
-        "*.sqlite", "*.sqlite-wal", "*.sqlite-shm", "*.db", "*.authority",
+        ".ipynb_checkpoints",
+        "__pycache__",
+        "*.pyc",
+        "*.py",
+        "feedback",
+        "*.sqlite",
+        "*.sqlite-wal",
+        "*.sqlite-shm",
+        "*.db",
+        "*.authority",
     ]
     # The chapter's notebooks start real worker subprocesses and wait for leases.
     c.Execute.timeout = 120

@@ -5,21 +5,25 @@ their failures carry tracebacks quoting the hidden lines. HideHiddenTests runs i
 GenerateFeedback's preprocessor list (see course.grading.config) before the HTML is exported.
 """
 
-import re
+from nbgrader.preprocessors import NbGraderPreprocessor
 
-from nbconvert.preprocessors import Preprocessor
-
-BEGIN = "### BEGIN HIDDEN TESTS"
+# Same delimiter test as nbgrader's ClearHiddenTests: any line containing these words.
+BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 PLACEHOLDER = "# hidden tests (not shown)"
-_REGION = re.compile(
-    r"^([ \t]*)### BEGIN HIDDEN TESTS.*?(?:^[ \t]*### END HIDDEN TESTS[^\n]*|\Z)",
-    re.MULTILINE | re.DOTALL,
-)
 
 
 def hide_region(source):
     """Replace every hidden-test region (an unclosed one runs to the end) by one comment line."""
-    return _REGION.sub(lambda m: m.group(1) + PLACEHOLDER, source)
+    lines, hiding = [], False
+    for line in source.split("\n"):
+        if BEGIN in line:
+            hiding = True
+            lines.append(line[: len(line) - len(line.lstrip())] + PLACEHOLDER)
+        elif hiding:
+            hiding = END not in line
+        else:
+            lines.append(line)
+    return "\n".join(lines)
 
 
 def sanitise_output(output):
@@ -34,8 +38,12 @@ def sanitise_output(output):
     return output if output.output_type == "stream" else None
 
 
-class HideHiddenTests(Preprocessor):
-    """Strip hidden-test source and tracebacks from cells that contain a hidden region."""
+class HideHiddenTests(NbGraderPreprocessor):
+    """Strip hidden-test source and tracebacks from cells that contain a hidden region.
+
+    Based on NbGraderPreprocessor because it is enabled by default: a plain nbconvert
+    Preprocessor registered in GenerateFeedback.preprocessors is silently skipped.
+    """
 
     def preprocess_cell(self, cell, resources, index):
         if BEGIN in cell.source:

@@ -64,7 +64,7 @@ def main(argv):
     # SIGTERM unwinds like Ctrl-C, so the cleanup below still runs.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        return subprocess.run(argv).returncode
+        return subprocess.run(argv, check=False).returncode
     finally:
         left = kill_all_descendants()
         if left:

@@ -46,7 +46,7 @@ def run_once(
     order = ownership.order_to_continue(db, work)
     if order is not None and supplier is not None:
         return _continue_order(db, work, order, supplier, policy, ownership)
-    return _reason(db, work, model, limits, supplier, ownership)
+    return _reason(db, work, model, limits, supplier, policy, ownership)
 
 
 def reconcile_once(
@@ -80,11 +80,11 @@ def _continue_order(
     try:
         receipt = execute(db, work, order, supplier, policy=policy, fence=ownership.assert_current)
     except OutcomeUnknown:
-        status, result = ("CANCELLED" if cancelled else "BLOCKED"), "supplier outcome unknown; reconcile later"
+        status, result = _stopped(db, order, cancelled), "supplier outcome unknown; reconcile later"
         ownership.finish(db, work, status, result)
         return outcome | {"status": status, "result": result}
     except OrderRefused as refusal:
-        status = "CANCELLED" if cancelled else "BLOCKED"
+        status = _stopped(db, order, cancelled)
         ownership.finish(db, work, status, str(refusal))
         return outcome | {"status": status, "result": str(refusal)}
     status = "CANCELLED" if cancelled else "DONE"
@@ -92,8 +92,25 @@ def _continue_order(
     return outcome | {"status": status, "receipt": receipt}
 
 
+def _stopped(db: Database, order: str, cancelled: int) -> str:
+    """How a pass that could not settle its order ends. Cancelled work whose order is still
+    uncertain is BLOCKED, not CANCELLED: only BLOCKED waits a retry delay, and without one the
+    recovery pass would take the same assignment again at once, on every pass, starving all other
+    work. Its `cancelled` flag stays set, so nothing can be sent for it."""
+    uncertain = db.connection.execute(
+        "SELECT count(*) FROM assistant_orders WHERE id=? AND status IN ('SENDING', 'UNKNOWN')", (order,)
+    ).fetchone()[0]
+    return "CANCELLED" if cancelled and not uncertain else "BLOCKED"
+
+
 def _reason(
-    db: Database, work: Claim, model: Model, limits: Limits, supplier: Supplier | None, ownership: Ownership
+    db: Database,
+    work: Claim,
+    model: Model,
+    limits: Limits,
+    supplier: Supplier | None,
+    policy: SpendingPolicy | None,
+    ownership: Ownership,
 ) -> dict[str, Any]:
     tools = ShopTools(
         db, work, target=supplier.identity if supplier else SUPPLIER_IDENTITY, fence=ownership.assert_current
@@ -115,8 +132,14 @@ def _reason(
     except BudgetExhausted as exhausted:
         ownership.finish(db, work, "BLOCKED", str(exhausted))
         return outcome | {"status": "BLOCKED", "result": str(exhausted)}
+    approved = ownership.order_to_continue(db, work)
+    if loop.status == "DONE" and approved is not None and supplier is not None:
+        # Approved while this loop was still running: approve() wakes only BLOCKED work, so
+        # finishing now (DONE or BLOCKED) would strand the order and its reservation.
+        continued = _continue_order(db, work, approved, supplier, policy, ownership)
+        return {key: value for key, value in continued.items() if key != "model_calls"} | {"turns": loop.turns}
     drafts = db.connection.execute(
-        "SELECT count(*) FROM assistant_orders WHERE work_id=? AND status='DRAFT'", (work.id,)
+        "SELECT count(*) FROM assistant_orders WHERE work_id=? AND status IN ('DRAFT', 'APPROVED')", (work.id,)
     ).fetchone()[0]
     if loop.status != "DONE":
         status, result = "BLOCKED", f"loop ended: {loop.status}"

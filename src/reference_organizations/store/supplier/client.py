@@ -67,26 +67,29 @@ class SupplierClient:
         return cls(ready["endpoint"], identity=ready["identity"], timeout=timeout)
 
     def lookup(self, operation: str) -> dict[str, Any] | None:
-        status, body = self._request("GET", operation)
+        status, body = self._request("GET", _order_path(operation))
         return None if status == 404 else self._receipt(operation, status, body)
 
     def order(self, operation: str, proposal: dict[str, Any]) -> dict[str, Any]:
         payload = json.dumps(proposal, allow_nan=False).encode("utf-8")
-        return self._receipt(operation, *self._request("POST", operation, payload))
+        return self._receipt(operation, *self._request("POST", _order_path(operation), payload))
 
-    def _request(self, method: str, operation: str, body: bytes | None = None) -> tuple[int, bytes]:
-        if not (isinstance(operation, str) and OPERATION.fullmatch(operation)):
-            raise ValueError(f"operation must be 32 lowercase hex characters: {operation!r}")
+    def health(self) -> dict[str, Any]:
+        """The supplier's identity and order count; raises OutcomeUnknown if it does not answer."""
+        status, body = self._request("GET", "/health")
+        if status != 200:
+            raise OutcomeUnknown(f"GET /health: HTTP {status}")
+        return json.loads(body)
+
+    def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         headers = {} if body is None else {"Content-Type": "application/json"}
         connection = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
         try:
-            connection.request(method, f"/orders/{operation}", body=body, headers=headers)
+            connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
             return response.status, response.read()
         except (OSError, http.client.HTTPException) as error:
-            raise OutcomeUnknown(
-                f"{method} {operation}: no answer from {self.endpoint} ({error!r})"
-            ) from error
+            raise OutcomeUnknown(f"{method} {path}: no answer from {self.endpoint} ({error!r})") from error
         finally:
             connection.close()
 
@@ -111,3 +114,9 @@ class SupplierClient:
         return receipt
 
 
+
+
+def _order_path(operation: str) -> str:
+    if not (isinstance(operation, str) and OPERATION.fullmatch(operation)):
+        raise ValueError(f"operation must be 32 lowercase hex characters: {operation!r}")
+    return f"/orders/{operation}"

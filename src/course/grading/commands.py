@@ -1,0 +1,193 @@
+"""Instructor commands: release, autograde, feedback, export grades.
+
+Each runs `nbgrader` as a subprocess in the course root (where nbgrader_config.py lives), under
+course.grading.reaper so nothing a submission starts survives its grading.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+ASSIGNMENT = "ch12"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+# Cell metadata written by running a notebook; stripped so the committed release diffs cleanly.
+RUN_METADATA = ("collapsed", "scrolled", "execution", "ExecuteTime")
+
+
+class NbgraderError(RuntimeError):
+    """An nbgrader step (other than grading one student) failed."""
+
+
+@dataclass
+class StudentResult:
+    """One student's autograde outcome as recorded in the gradebook."""
+
+    student: str
+    score: float
+    max_score: float
+    # "notebook/grade_id" of a part that scored 0 because its notebook did not run to the end
+    # (time limit, dead kernel), mapped to why.
+    reasons: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def run_nbgrader(root, *args, check=True):
+    """Run `nbgrader ARGS` under the reaper in `root`; return the CompletedProcess.
+
+    The venv's bin goes first on PATH: nbgrader calls `alembic` by name to create the gradebook.
+    """
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    cmd = [sys.executable, "-m", "course.grading.reaper", sys.executable, "-m", "nbgrader", *args]
+    proc = subprocess.run(cmd, check=False, cwd=root, env=env, capture_output=True, text=True)
+    if check and proc.returncode:
+        raise NbgraderError(f"nbgrader {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def strip_outputs(path):
+    """Clear outputs, execution counts and run metadata; nbgrader metadata stays."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+        for key in RUN_METADATA:
+            cell.metadata.pop(key, None)
+    for key in ("signature", "widgets"):
+        nb.metadata.pop(key, None)
+    nbformat.validate(nb)
+    nbformat.write(nb, path)
+
+
+def release(root=REPO_ROOT):
+    """Generate the learner notebooks from solutions/ into notebooks/; return their paths."""
+    run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force")
+    paths = sorted((Path(root) / "notebooks" / ASSIGNMENT).glob("*.ipynb"))
+    for path in paths:
+        strip_outputs(path)
+    return paths
+
+
+def feedback(root=REPO_ROOT):
+    """Write feedback HTML for every autograded student; return the HTML paths.
+
+    --force: manual grades change the gradebook, not the autograded files, so without it
+    nbgrader would keep stale feedback.
+    """
+    run_nbgrader(root, "generate_feedback", ASSIGNMENT, "--force")
+    return sorted(Path(root).glob(f"feedback/*/{ASSIGNMENT}/*.html"))
+
+
+def export_grades(path="grades.csv", root=REPO_ROOT):
+    """Export the gradebook to CSV at `path` (relative to the caller's directory)."""
+    path = Path(path).resolve()
+    run_nbgrader(root, "export", "--to", str(path))
+    return path
+
+
+def autograde(submitted_dir=None, force=False, root=REPO_ROOT):
+    """Autograde every student in submitted/ (or `submitted_dir`), one at a time.
+
+    Returns a StudentResult per student and prints a table. A student whose submission loops,
+    kills its kernel or leaves processes behind costs only their own affected parts. `force`
+    regrades submissions nbgrader has graded before (otherwise it skips unchanged ones).
+    """
+    root = Path(root).resolve()
+    submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
+    options = [f"--CourseDirectory.submitted_directory={submitted}"] if submitted_dir else []
+    students = sorted(p.parent.name for p in submitted.glob(f"*/{ASSIGNMENT}") if p.is_dir())
+    results = []
+    for student in students:
+        start = time.monotonic()
+        notebooks = sorted(p.stem for p in (submitted / student / ASSIGNMENT).glob("*.ipynb"))
+        failures = _grade_student(root, student, notebooks, options, force)
+        result = _read_result(root, student, failures)
+        result.seconds = round(time.monotonic() - start, 1)
+        results.append(result)
+    print(format_table(results))
+    return results
+
+
+def _grade_student(root, student, notebooks, options, force):
+    """Autograde one student; return {notebook: why nbgrader could not grade it}.
+
+    On a failure nbgrader deletes the student's whole autograded folder and skips the remaining
+    notebooks, so grade notebook by notebook to keep the rest and pin the failure down.
+    """
+    args = ["autograde", ASSIGNMENT, "--student", student, *options]
+    proc = run_nbgrader(root, *args, *(["--force"] if force else []), check=False)
+    if proc.returncode == 0:
+        return {}
+    if len(notebooks) <= 1:  # nothing else to save: the failure is that notebook's (or all)
+        return {name: _failure_reason(proc.stderr) for name in notebooks or ["*"]}
+    failures = {}
+    for notebook in notebooks:
+        proc = run_nbgrader(root, *args, "--notebook", notebook, "--force", check=False)
+        if proc.returncode:
+            failures[notebook] = _failure_reason(proc.stderr)
+    return failures
+
+
+def _failure_reason(log):
+    """Why nbgrader gave up, in words an instructor can pass on."""
+    if "DeadKernelError" in log:
+        return "the kernel died (killed or crashed) while running this notebook"
+    if "CellTimeoutError" in log or "UnresponsiveKernelError" in log:
+        return "a cell ran past the time limit and did not stop when interrupted"
+    errors = [line for line in log.splitlines() if "| ERROR]" in line]
+    return errors[0].split("]", 1)[1].strip() if errors else "nbgrader failed"
+
+
+def _timeout_reason(path):
+    """The time-limit problem recorded in an autograded notebook, or None."""
+    nb = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if any(o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
+            label = cell.metadata.get("nbgrader", {}).get("grade_id", f"#{index + 1}")
+            return f"cell {label!r} ran past the time limit and was interrupted"
+    return None
+
+
+def _read_result(root, student, failures):
+    """Score from the gradebook; zero (and explain) the parts of notebooks that did not finish."""
+    from nbgrader.api import Gradebook, MissingEntry  # several seconds to import: only here
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        try:
+            submission = gb.find_submission(ASSIGNMENT, student)
+        except MissingEntry:
+            max_score = gb.find_assignment(ASSIGNMENT).max_score
+            return StudentResult(student, 0.0, max_score, {"*": failures.get("*", "not graded")})
+        reasons = {}
+        for notebook in submission.notebooks:
+            autograded = root / "autograded" / student / ASSIGNMENT / f"{notebook.name}.ipynb"
+            why = failures.get(notebook.name)
+            if why is None and autograded.exists():
+                why = _timeout_reason(autograded)
+            if why is None:
+                continue
+            for grade in notebook.grades:
+                if grade.cell_type != "code":
+                    continue  # manually graded answers keep waiting for a grader
+                if grade.auto_score is None:  # nbgrader stopped before scoring it
+                    grade.auto_score, grade.needs_manual_grade = 0.0, False
+                if grade.score == 0:
+                    reasons[f"{notebook.name}/{grade.name}"] = why
+        gb.db.commit()
+        return StudentResult(student, submission.score, submission.max_score, reasons)
+
+
+def format_table(results):
+    """A short fixed-width table: student, score, and why parts scored 0."""
+    width = max([len("student"), *(len(r.student) for r in results)])
+    lines = [f"{'student':<{width}}  {'score':>9}  {'secs':>5}  zero because"]
+    for r in results:
+        why = "; ".join(f"{part}: {text}" for part, text in r.reasons.items())
+        lines.append(f"{r.student:<{width}}  {r.score:>4g}/{r.max_score:<4g}  {r.seconds:>5}  {why}")
+    return "\n".join(lines)

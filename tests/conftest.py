@@ -1,0 +1,161 @@
+"""Shared fixtures: a fresh seeded shop database, an operator policy, and an in-process supplier.
+
+`FakeSupplier` implements `sovereign_agent.suppliers.Supplier` in memory and records every call
+in order, so a test can assert on what was (not) sent and in which order. The real HTTP supplier
+(`reference_organizations.store.supplier`) is tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY, seed_lucy
+from sovereign_agent.assistant_orders import SpendingPolicy, approve, propose
+from sovereign_agent.assistant_work import Claim, claim, enqueue
+from sovereign_agent.database import Database
+from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
+
+OPERATOR = "lucy"
+
+
+class Crash(BaseException):
+    """Stands for the process dying in the middle of a call (not an ordinary error)."""
+
+
+class FakeSupplier:
+    """An in-memory supplier ledger keyed by operation id, with switches for failures.
+
+    * ``drop_requests``: the next N orders are lost before the supplier stores them.
+    * ``lose_responses``: the next N orders are stored, then the answer is lost.
+    * ``crash_on_order``: the caller "dies" (raises `Crash`) before the request leaves.
+    * ``reject``: new orders are answered with a REJECTED receipt.
+    """
+
+    def __init__(self, identity: str = SUPPLIER_IDENTITY, timeout: float = 3.0) -> None:
+        self.identity = identity
+        self.timeout = timeout
+        self.idempotent = True
+        self.ledger: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.drop_requests = 0
+        self.lose_responses = 0
+        self.crash_on_order = False
+        self.reject = False
+        self.healthy = True
+
+    def lookup(self, operation: str) -> dict[str, Any] | None:
+        self.calls.append(("lookup", operation))
+        entry = self.ledger.get(operation)
+        return None if entry is None else dict(entry[1])
+
+    def order(self, operation: str, proposal: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(("order", operation))
+        if self.crash_on_order:
+            raise Crash("worker died before the request left")
+        if self.drop_requests:
+            self.drop_requests -= 1
+            raise OutcomeUnknown("request lost before the supplier saw it")
+        if operation in self.ledger:
+            stored, receipt = self.ledger[operation]
+            if stored != proposal:
+                raise SupplierRefused("operation already used for a different proposal")
+        else:
+            receipt = {
+                "operation": operation,
+                "status": "REJECTED" if self.reject else "ACCEPTED",
+                "amount_pence": proposal["quantity"] * proposal["unit_pence"],
+            }
+            self.ledger[operation] = (dict(proposal), receipt)
+        if self.lose_responses:
+            self.lose_responses -= 1
+            raise OutcomeUnknown("response lost after the supplier stored the order")
+        return dict(receipt)
+
+    def health(self) -> dict[str, Any]:
+        if not self.healthy:
+            raise ConnectionError("supplier unreachable")
+        return {"status": "ok", "orders": len(self.ledger)}
+
+    def sent(self) -> list[str]:
+        """Operation ids of every order request, in order (retransmissions included)."""
+        return [operation for kind, operation in self.calls if kind == "order"]
+
+
+class RaisingModel:
+    """A model that must not be asked: recovery continues from records, not new reasoning."""
+
+    calls = 0
+
+    def complete(self, messages, tools, *, timeout, max_output_tokens):
+        self.calls += 1
+        raise AssertionError("recovery asked the model for new reasoning")
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    # synchronous=NORMAL: these tests check rules, not durability, and a WAL commit then costs no
+    # fsync. The runtime's default (FULL) is asserted in test_database on its own database.
+    database = Database(tmp_path / "agent.sqlite", synchronous="NORMAL")
+    seed_lucy(database)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def policy() -> SpendingPolicy:
+    return SpendingPolicy(operators=frozenset({OPERATOR}), total_pence=SPENDING_CEILING_PENCE)
+
+
+@pytest.fixture
+def supplier() -> FakeSupplier:
+    return FakeSupplier()
+
+
+def count(db: Database, table: str, where: str = "1", *params: Any) -> int:
+    return db.connection.execute(f"SELECT count(*) FROM {table} WHERE {where}", params).fetchone()[0]
+
+
+def row(db: Database, table: str, identifier: str) -> dict[str, Any]:
+    found = db.connection.execute(f"SELECT * FROM {table} WHERE id=?", (identifier,)).fetchone()
+    return dict(found)
+
+
+def snapshot(db: Database, *tables: str) -> dict[str, list[tuple]]:
+    """Every row of the named tables, for "changed nothing" comparisons."""
+    tables = tables or (
+        "assistant_work",
+        "assistant_transcript",
+        "assistant_orders",
+        "assistant_spending",
+        "assistant_model_calls",
+        "events",
+    )
+    return {
+        table: [tuple(r) for r in db.connection.execute(f"SELECT * FROM {table} ORDER BY rowid")] for table in tables
+    }
+
+
+def money(db: Database) -> tuple[int, int]:
+    found = db.connection.execute("SELECT reserved_pence, spent_pence FROM assistant_spending").fetchone()
+    return found["reserved_pence"], found["spent_pence"]
+
+
+def held_work(
+    db: Database, *, origin: str = "phone:vanilla", session: str = "lucy", ttl: float = 60, now: float | None = None
+) -> Claim:
+    enqueue(db, origin, session, "Reorder what is short", subject="SKU-VANILLA")
+    work = claim(db, "first-owner", ttl=ttl, now=now)
+    assert work is not None
+    return work
+
+
+def approved_vanilla(db: Database, policy: SpendingPolicy, work: Claim, quantity: int = 6) -> str:
+    """Propose `quantity` vanilla tubs under `work` and approve exactly that proposal."""
+    order = propose(db, work, "SKU-VANILLA", quantity, target=SUPPLIER_IDENTITY)
+    digest = row(db, "assistant_orders", order)["digest"]
+    approve(db, order, digest, actor=OPERATOR, policy=policy, expires=time.time() + 3600)
+    return order

@@ -1,0 +1,211 @@
+"""Grading tools against a toy ch12 course in a temporary directory.
+
+One class of five learners is released, autograded and given feedback once (module fixture);
+the tests read the outcome (marked slow: about 75 s of CPU, mostly nbgrader start-ups). The
+real notebooks are not used: they are being written elsewhere.
+"""
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from course.grading import commands
+from course.grading.feedback import HideHiddenTests
+
+MARKER = "SECRET_MARKER_7f3a"  # appears only inside the hidden tests
+HIDDEN_MESSAGE = "double(21) did not give 42: larger inputs must double too."
+# Unique arguments so /proc can tell the submissions' children from anything else.
+SESSION_CHILD = ["sleep", "611.0707"]
+PLAIN_CHILD = ["sleep", "612.0707"]
+
+SOLUTION = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"
+VISIBLE = (
+    "def check(condition, message):\n"
+    "    if not condition:\n"
+    "        raise AssertionError(message)\n\n"
+    "check(double(2) == 4, f'double(2) returned {double(2)!r}; expected 4.')"
+)
+HIDDEN = (
+    "check(double(0) == 0, 'double(0) returned something else; zero must stay zero.')\n"
+    "### BEGIN HIDDEN TESTS\n"
+    f"{MARKER} = double(21)\n"
+    f"check({MARKER} == 42, {HIDDEN_MESSAGE!r})\n"
+    "### END HIDDEN TESTS"
+)
+# Graded in name order: "solid" comes after both crashes, so it shows the class goes on.
+STUDENTS = {
+    "crasher": f"import os, subprocess\nsubprocess.Popen({PLAIN_CHILD})\nos.kill(os.getpid(), 9)",
+    "looper": "while True:\n    pass",
+    "partial": "def double(x):\n    return 2 * x if x < 10 else 0",
+    "solid": (
+        f"import subprocess\nsubprocess.Popen({SESSION_CHILD}, start_new_session=True)\n"
+        "def double(x):\n    return 2 * x"
+    ),
+}
+
+
+def nbgrader_meta(grade_id, grade=False, solution=False, locked=False, points=None):
+    meta = {
+        "grade": grade,
+        "grade_id": grade_id,
+        "locked": locked,
+        "schema_version": 3,
+        "solution": solution,
+        "task": False,
+    }
+    if points is not None:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def build_course(root):
+    """A ch12 course with one notebook: solution, visible test, hidden test, written answer."""
+    (root / "solutions" / commands.ASSIGNMENT).mkdir(parents=True)
+    (root / "nbgrader_config.py").write_text(
+        f"from course.grading.config import configure\nconfigure(c, {str(root)!r})\nc.Execute.timeout = 5\n"
+    )
+    nb = new_notebook(
+        cells=[
+            new_code_cell(SOLUTION, metadata=nbgrader_meta("double", solution=True)),
+            new_code_cell(VISIBLE, metadata=nbgrader_meta("visible", True, locked=True, points=1)),
+            new_code_cell(HIDDEN, metadata=nbgrader_meta("hidden", True, locked=True, points=2)),
+            new_markdown_cell("Why must doubling keep zero at zero?"),
+            new_markdown_cell("YOUR ANSWER HERE", metadata=nbgrader_meta("why", True, solution=True, points=1)),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    nbformat.write(nb, root / "solutions" / commands.ASSIGNMENT / "toy.ipynb")
+
+
+def submit(root, student, solution):
+    nb = nbformat.read(root / "notebooks" / commands.ASSIGNMENT / "toy.ipynb", as_version=4)
+    nb.cells[0].source = solution
+    nb.cells[4].source = "Because 2 * 0 == 0."
+    folder = root / "submitted" / student / commands.ASSIGNMENT
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / "toy.ipynb")
+
+
+def running(argv):
+    """Pids whose command line is exactly argv."""
+    wanted = "\0".join(argv) + "\0"
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_text() == wanted:
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    build_course(root)
+    released = commands.release(root=root)
+    for student, solution in STUDENTS.items():
+        submit(root, student, solution)
+    results = {r.student: r for r in commands.autograde(root=root)}
+    commands.feedback(root=root)
+    yield root, released, results
+    for argv in (SESSION_CHILD, PLAIN_CHILD):  # only if a test below is about to fail
+        for pid in running(argv):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_release_has_no_solution_no_hidden_tests_no_outputs(course):
+    _, released, _ = course
+    assert [p.name for p in released] == ["toy.ipynb"]
+    text = released[0].read_text()
+    assert MARKER not in text and "return 2 * x" not in text
+    nb = nbformat.read(released[0], as_version=4)
+    assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
+    assert nb.cells[2].metadata.nbgrader["grade_id"] == "hidden"
+
+
+@pytest.mark.slow
+def test_feedback_explains_but_hides_hidden_tests(course):
+    root, _, results = course
+    assert results["partial"].score == 1  # visible passed, hidden failed
+    autograded = (root / "autograded/partial/ch12/toy.ipynb").read_text()
+    assert MARKER in autograded  # the traceback there quotes the hidden source
+    html = (root / "feedback/partial/ch12/toy.html").read_text()
+    assert HIDDEN_MESSAGE in html
+    assert MARKER not in html
+    assert "BEGIN HIDDEN TESTS" not in html
+    assert "hidden tests (not shown)" in html
+
+
+@pytest.mark.slow
+def test_correct_student_gets_every_automatic_point(course):
+    solid = course[2]["solid"]
+    assert (solid.score, solid.max_score, solid.reasons) == (3, 4, {})  # 1 point: manual answer
+
+
+@pytest.mark.slow
+def test_looping_student_scores_zero_with_reason_and_class_is_graded(course):
+    results = course[2]
+    looper = results["looper"]
+    assert looper.score == 0
+    assert set(looper.reasons) == {"toy/visible", "toy/hidden"}
+    assert "time limit" in looper.reasons["toy/hidden"]
+    assert results["partial"].score == 1 and results["solid"].score == 3
+
+
+@pytest.mark.slow
+def test_kernel_killer_scores_zero_with_reason_and_class_is_graded(course):
+    results = course[2]
+    crasher = results["crasher"]
+    assert (crasher.score, crasher.max_score) == (0, 4)
+    assert "kernel died" in crasher.reasons["toy/visible"]
+    assert [r.score for r in results.values()] == [0, 0, 1, 3]
+
+
+@pytest.mark.slow
+def test_no_child_of_a_submission_survives_grading(course):
+    assert running(SESSION_CHILD) == []  # solid: start_new_session=True
+    assert running(PLAIN_CHILD) == []  # crasher: orphaned when its kernel was SIGKILLed
+
+
+def test_failure_in_one_notebook_keeps_the_others(monkeypatch):
+    """With several notebooks, a crash is retried notebook by notebook and pinned on its own."""
+    calls = []
+
+    def fake_nbgrader(root, *args, check=True):
+        calls.append(args)
+        crashed = "--notebook" not in args or "02_fencing" in args
+        log = "nbclient.exceptions.DeadKernelError: Kernel died" if crashed else ""
+        return subprocess.CompletedProcess(args, int(crashed), "", log)
+
+    monkeypatch.setattr(commands, "run_nbgrader", fake_nbgrader)
+    failures = commands._grade_student(Path("."), "s", ["01_claims", "02_fencing"], [], False)
+    assert failures == {"02_fencing": commands._failure_reason("DeadKernelError")}
+    assert [a[-2:] for a in calls[1:]] == [("01_claims", "--force"), ("02_fencing", "--force")]
+
+
+def test_hide_hidden_tests_keeps_only_the_message():
+    cell = new_code_cell(
+        HIDDEN,
+        outputs=[
+            nbformat.v4.new_output("stream", name="stdout", text="checking\n"),
+            nbformat.v4.new_output("execute_result", data={"text/plain": "42"}),
+            nbformat.v4.new_output(
+                "error",
+                ename="AssertionError",
+                evalue=HIDDEN_MESSAGE,
+                traceback=[f"----> 4 check({MARKER} == 42)", "AssertionError"],
+            ),
+        ],
+    )
+    cell, _ = HideHiddenTests().preprocess_cell(cell, {}, 0)
+    assert MARKER not in str(cell)
+    assert cell.source.splitlines()[-1] == "# hidden tests (not shown)"
+    assert [o.output_type for o in cell.outputs] == ["stream", "error"]
+    assert cell.outputs[1].traceback == [f"AssertionError: {HIDDEN_MESSAGE}"]
