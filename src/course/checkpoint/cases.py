@@ -1,0 +1,508 @@
+"""The four failure experiments. Each runs real processes and records facts; verdict.py judges.
+
+Every case gets its own folder, its own supplier process (own ledger) and a fresh shop
+database with one vanilla assignment. A real worker process claims it with the short lease,
+records the six-tub proposal and the operator's approval, and reports ready; the parent checks
+that a competing claim is refused while that lease is live. Then:
+
+killed               SIGKILL the worker; wait for the lease to really run out; the replacement
+                     continues the approved order (no model) and finishes the work.
+live_stale           the worker stays alive. After expiry (before any replacement) it tries a
+                     transcript write; after the replacement finished it tries a transcript
+                     write, a completion and a supplier execution with its old claim.
+paused               the worker is frozen (SIGSTOP) while it holds the lease and resumed
+                     (SIGCONT) after the replacement finished, then tries the same three writes.
+                     It uses the SAME owner label as its replacement, as a process restarted
+                     from the same configuration would: only the generation tells them apart.
+accepted_then_crash  the worker sends the order; the supplier commits it and holds the answer;
+                     the parent kills the worker as soon as the commit is on disk, so the order
+                     is SENDING locally and accepted remotely. A later assignment is queued. After
+                     real expiry the replacement discovers the order (lookup, no resend) and
+                     settles it before it takes the later work.
+
+Nothing rewrites the clock or the ledger: the parent polls the wall clock against the row's
+`expires`. Every wait is bounded, and every process is stopped on the way out, whatever happens.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import ExitStack, closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from course.checkpoint.evidence import CaseEvidence, count_shop, count_supplier, exit_signal, work_state
+from course.checkpoint.model import CountingModel, NewReasoningRequested, NoNewReasoning
+from course.checkpoint.processes import START_TIMEOUT, WorkerFailed, WorkerProcess
+from course.learner import NotImplementedYet
+from reference_organizations.store.agent import OfflineShopModel, seed_lucy
+from reference_organizations.store.assistant import run_once
+from reference_organizations.store.supplier import SupplierProcess, start_supplier
+from sovereign_agent.assistant_orders import SpendingPolicy
+from sovereign_agent.assistant_work import enqueue
+from sovereign_agent.database import Database
+from sovereign_agent.ownership import Ownership
+
+KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH = "killed", "live_stale", "paused", "accepted_then_crash"
+ALL = (KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH)
+TITLES = {
+    KILLED: "killed holder (SIGKILL before sending)",
+    LIVE_STALE: "live stale holder",
+    PAUSED: "paused holder (SIGSTOP, then SIGCONT)",
+    ACCEPTED_THEN_CRASH: "accepted by the supplier, then crash",
+}
+OPERATOR = "lucy"
+PROMPT = "Restock vanilla to its reorder level"
+REPLACEMENT = "replacement"
+SAME_LABEL = "lucy-stock-worker"  # the paused case: old holder and replacement share a label
+SUPPLIER_TIMEOUT = 3.0  # the replacement's client
+HOLD_SECONDS = 30.0  # accepted_then_crash: the supplier sits on its answer this long
+
+
+class Abort(Exception):
+    """A step whose failure makes the rest of the case meaningless; its text is the explanation."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    ownership: Ownership  # the implementation under test, loaded in this (parent) process
+    worker_implementation: str  # what the worker loads: "reference" or an absolute folder
+    label: str
+    lease: float
+    folder: Path
+
+
+@dataclass
+class Prepared:
+    """A case whose assignment is queued and whose processes are starting (or started), but
+    nothing is claimed yet: the runner prepares the next case while the current one waits."""
+
+    name: str
+    evidence: CaseEvidence
+    folder: Path
+    database: Path
+    ledger: Path
+    stack: ExitStack
+    db: Database | None = None
+    worker: WorkerProcess | None = None
+    supplier: SupplierProcess | None = None
+    error: str | None = None
+    starting: Future | None = None  # the processes being started on the spawner thread
+
+    def started(self) -> None:
+        """Wait (bounded) until the processes have been started."""
+        if self.starting is not None:
+            try:
+                self.starting.result(timeout=START_TIMEOUT)
+            except FutureTimeout:
+                self.error = self.error or f"the worker and supplier did not start within {START_TIMEOUT} s"
+            finally:
+                self.starting = None
+
+    def close(self) -> None:
+        """Stop (and reap) the worker and the supplier, close the database. Idempotent."""
+        self.started()
+        self.stack.close()
+
+    def release(self) -> None:
+        """Ask the processes to stop without waiting for them (close() reaps them later):
+        end-of-file on the worker's channel, SIGTERM to the supplier."""
+        if self.worker is not None:
+            self.worker.release()
+        if self.supplier is not None and self.supplier.process.poll() is None:
+            self.supplier.process.terminate()
+
+
+@dataclass
+class Stage:
+    """One running case's live pieces, for the steps below."""
+
+    evidence: CaseEvidence
+    setting: Setting
+    folder: Path
+    database: Path
+    db: Database
+    worker: WorkerProcess
+    supplier: SupplierProcess
+    ready: dict[str, Any]
+    policy: SpendingPolicy
+    while_waiting: Callable[[], None] | None = None
+
+
+def prepare(name: str, setting: Setting, spawner: Executor | None = None) -> Prepared:
+    """A fresh shop database with one vanilla assignment, then the worker and the supplier
+    processes (the supplier starts while the worker loads). Nothing is claimed yet.
+
+    With a `spawner` (an executor whose single thread outlives every child: PR_SET_PDEATHSIG
+    belongs to the thread that spawned), the processes start in the background and this
+    returns at once. A broken set-up is recorded for the case to report.
+    """
+    evidence = CaseEvidence(case=name, title=TITLES[name], implementation=setting.label, lease_seconds=setting.lease)
+    folder = setting.folder / name
+    folder.mkdir(parents=True)
+    prepared = Prepared(name, evidence, folder, folder / "agent.sqlite", folder / "supplier.sqlite", ExitStack())
+    try:
+        # The database stays on this thread: sqlite3 connections belong to their thread.
+        prepared.db = Database(prepared.database)
+        prepared.stack.callback(prepared.db.close)
+        seed_lucy(prepared.db)
+        evidence.work_id = enqueue(prepared.db, f"phone:{name}", OPERATOR, PROMPT, subject="SKU-VANILLA")
+    except Exception as error:
+        prepared.error = f"the case could not be set up: {type(error).__name__}: {error}"
+        return prepared
+    if spawner is None:
+        _start_processes(prepared, setting)
+    else:
+        prepared.starting = spawner.submit(_start_processes, prepared, setting)
+    return prepared
+
+
+def _start_processes(prepared: Prepared, setting: Setting) -> None:
+    evidence, began = prepared.evidence, time.monotonic()
+    owner = SAME_LABEL if prepared.name == PAUSED else "old-worker"
+    try:
+        prepared.worker = prepared.stack.enter_context(WorkerProcess(
+            prepared.folder, database=prepared.database, implementation=setting.worker_implementation,
+            owner=owner, lease=setting.lease,
+        ))
+        evidence.worker_pid, evidence.worker_owner = prepared.worker.pid, owner
+        evidence.mark("old worker", "process started", prepared.worker.started_at)
+        switches: dict[str, Any] = {}
+        if prepared.name == ACCEPTED_THEN_CRASH:
+            switches = {"hold_seconds": HOLD_SECONDS, "committed_file": prepared.folder / "committed.json"}
+        prepared.supplier = prepared.stack.enter_context(start_supplier(prepared.ledger, **switches))
+        evidence.supplier_pid = prepared.supplier.pid
+        evidence.mark("supplier", "listening", time.time())
+    except Exception as error:
+        prepared.error = f"the case could not be set up: {type(error).__name__}: {error}"
+    evidence.prepare_seconds = time.monotonic() - began
+
+
+def run_case(name: str, setting: Setting) -> CaseEvidence:
+    """Prepare and run one case on its own (no overlap with another case)."""
+    return run_prepared(prepare(name, setting), setting)
+
+
+def run_prepared(
+    prepared: Prepared,
+    setting: Setting,
+    *,
+    on_claim: Callable[[], None] | None = None,
+    while_waiting: Callable[[], None] | None = None,
+    reap_later: bool = False,
+) -> CaseEvidence:
+    """Run a prepared case end to end and return its (unjudged) evidence.
+
+    `on_claim` is called once the old worker has been told to claim (the runner starts
+    preparing the next case there, in the background); `while_waiting` once while the parent
+    waits for the lease to run out (the runner reaps earlier cases' processes there).
+    Its processes are stopped on the way out; with `reap_later`, a case that
+    completed only *asks* them to stop, and the caller must call `prepared.close()` (the
+    runner reaps them during the next case's wait). A failed or interrupted case is always
+    stopped and reaped at once.
+    """
+    evidence = prepared.evidence
+    started = time.monotonic()
+    evidence.started_at = time.time()
+    completed = False
+    try:
+        try:
+            prepared.started()
+            if prepared.error is not None:
+                raise Abort(prepared.error)
+            worker = prepared.worker
+            worker.send({"do": "claim"})
+            if on_claim is not None:
+                on_claim()
+            ready = worker.ready()
+            _record_ready(evidence, ready)
+            if "error" in ready:
+                if ready["error"].startswith("not implemented yet"):
+                    raise Abort(f"{ready['error']} (the old worker stopped while it claimed and prepared the order)")
+                raise Abort(f"the old worker could not claim and prepare the order: {ready['error']}")
+            ceiling = prepared.db.connection.execute(
+                "SELECT limit_pence FROM assistant_spending WHERE id=1").fetchone()[0]
+            stage = Stage(evidence, setting, prepared.folder, prepared.database, prepared.db, worker,
+                          prepared.supplier, ready, SpendingPolicy(frozenset({OPERATOR}), total_pence=ceiling),
+                          while_waiting)
+            _competing_claim(stage)
+            STEPS[prepared.name](stage)
+            completed = True
+        finally:
+            if completed and reap_later:
+                prepared.release()
+            else:
+                prepared.close()
+    except NotImplementedYet as missing:
+        evidence.failures.append(str(missing))
+    except (Abort, WorkerFailed) as stopped:
+        evidence.failures.append(str(stopped))
+    except Exception as error:  # anything else: say what, keep the other cases running
+        evidence.failures.append(f"the case stopped unexpectedly: {type(error).__name__}: {error}")
+    finally:
+        if prepared.worker is not None:
+            evidence.worker_exit = prepared.worker.process.returncode
+            evidence.worker_signal = exit_signal(evidence.worker_exit)
+            for sent in prepared.worker.signals:
+                evidence.mark("old worker", sent["what"], sent["at"], signal=sent["signal"])
+    _count(evidence, prepared.database, prepared.ledger)
+    evidence.wall_seconds = time.monotonic() - started
+    return evidence
+
+
+# --- steps shared by the cases ---------------------------------------------------------------
+
+
+def _record_ready(evidence: CaseEvidence, ready: dict[str, Any]) -> None:
+    claim = ready.get("claim") or {}
+    evidence.old_generation = claim.get("generation")
+    evidence.operation = ready.get("order")
+    evidence.order_amount = ready.get("amount")
+    evidence.lease_started_at = ready.get("claimed_at")
+    if ready.get("claimed_at") is not None and claim:
+        evidence.mark("old worker", "claimed", ready["claimed_at"], generation=claim.get("generation"))
+        evidence.leases.append({
+            "lane": "old worker", "generation": claim.get("generation"), "owner": claim.get("owner"),
+            "start": ready["claimed_at"], "end": ready.get("expires"), "kind": "lease",
+        })
+    if "ready_at" in ready and "error" not in ready:
+        evidence.mark("old worker", "proposed + approved, ready", ready["ready_at"])
+
+
+def _competing_claim(stage: Stage) -> None:
+    """While the first lease is live, another claimant must get None."""
+    evidence = stage.evidence
+    expires = stage.db.connection.execute(
+        "SELECT expires FROM assistant_work WHERE id=?", (evidence.work_id,)).fetchone()[0]
+    at = time.time()
+    evidence.competing_claim_lease_left = None if expires is None else expires - at
+    if expires is not None and expires <= at:
+        raise Abort(
+            f"the old worker's lease had already run out ({at - expires:.2f} s ago) when the parent could first "
+            f"check a competing claim: this machine is too slow for a {stage.setting.lease} s lease; "
+            "run again with a longer lease"
+        )
+    competitor = stage.setting.ownership.claim(stage.db, "competitor", ttl=stage.setting.lease)
+    evidence.competing_claim = None if competitor is None else _claim_fields(competitor)
+    evidence.mark("replacement", "competing claim: " + ("None" if competitor is None else "TAKEN"), at)
+    if competitor is not None:
+        left = evidence.competing_claim_lease_left
+        raise Abort(
+            "a competing claim succeeded while the first lease was live "
+            f"(it took generation {getattr(competitor, 'generation', '?')} with "
+            f"{left if left is None else round(left, 2)} s of the old worker's lease left)"
+        )
+
+
+def _wait_for_expiry(stage: Stage) -> None:
+    """Poll the wall clock against the row's `expires` until the lease has really run out.
+
+    Earlier cases' processes are reaped here first (the lease has to run out anyway). The
+    lease time waited is the row's own interval, [claim, expires]: a late poll adds to the wall
+    time, never to the lease time.
+    """
+    evidence = stage.evidence
+    if stage.while_waiting is not None:
+        stage.while_waiting()
+        stage.while_waiting = None
+    bound = stage.setting.lease + 5.0
+    deadline = time.monotonic() + bound
+    with closing(sqlite3.connect(stage.database, timeout=10)) as db:
+        while True:
+            expires = db.execute("SELECT expires FROM assistant_work WHERE id=?", (evidence.work_id,)).fetchone()[0]
+            now = time.time()
+            if expires is None or now > expires:
+                break
+            if time.monotonic() > deadline:
+                raise Abort(
+                    f"the old worker's lease had not expired {bound:.1f} s after the wait began "
+                    f"(the row says it expires in {expires - now:.1f} s; the lease asked for was "
+                    f"{stage.setting.lease} s)"
+                )
+            time.sleep(min(0.05, max(0.001, expires - now)))
+    evidence.expiry_observed_at = now
+    evidence.lease_expires_at = expires if expires is not None else now
+    if evidence.lease_started_at is not None:
+        evidence.lease_waited_seconds = evidence.lease_expires_at - evidence.lease_started_at
+    evidence.mark("replacement", "lease expired (wall clock)", now)
+
+
+def _replace(stage: Stage, owner: str) -> None:
+    """The replacement: the real run_once, with a model that fails if asked."""
+    evidence = stage.evidence
+    model = NoNewReasoning()
+    began = time.time()
+    try:
+        outcome = run_once(
+            stage.db, model, owner=owner, supplier=stage.supplier.client(timeout=SUPPLIER_TIMEOUT),
+            policy=stage.policy, ownership=stage.setting.ownership,
+        )
+    except NotImplementedYet:
+        raise
+    except NewReasoningRequested as asked:
+        outcome = {"error": str(asked)}
+    except Exception as error:
+        outcome = {"error": f"{type(error).__name__}: {error}"}
+    ended = time.time()
+    evidence.model_calls = model.calls
+    evidence.replacement = _jsonable(outcome) | {"owner": owner, "began": began, "ended": ended}
+    evidence.mark("replacement", "run_once", began)
+    evidence.leases.append({
+        "lane": "replacement", "generation": outcome.get("generation"), "owner": owner,
+        "start": began, "end": ended, "kind": "pass",
+    })
+
+
+def _stale_writes(stage: Stage) -> None:
+    evidence = stage.evidence
+    reply = stage.worker.request({"do": "stale", "endpoint": stage.supplier.endpoint})
+    evidence.stale_attempts = reply.get("attempts", [])
+    evidence.refused_boundaries = [a["boundary"] for a in evidence.stale_attempts if a["outcome"] == "refused"]
+    for attempt in evidence.stale_attempts:
+        evidence.mark("old worker", f"{attempt['boundary']}: {attempt['outcome']}", attempt["at"],
+                      boundary=attempt["boundary"], outcome=attempt["outcome"])
+
+
+def _dismiss(stage: Stage) -> None:
+    """Tell a live old worker to exit, and wait (bounded) for it to do so."""
+    stage.worker.request({"do": "exit"})
+    if stage.worker.wait() is None:
+        raise WorkerFailed("the old worker did not exit after being told to")
+    stage.evidence.mark("old worker", "exited", time.time())
+
+
+# --- the four cases ----------------------------------------------------------------------------
+
+
+def _killed(stage: Stage) -> None:
+    stage.worker.kill()
+    _wait_for_expiry(stage)
+    _replace(stage, REPLACEMENT)
+
+
+def _live_stale(stage: Stage) -> None:
+    _wait_for_expiry(stage)
+    # Beyond the chapter: expiry alone (nobody has replaced it yet) must end its authority.
+    probe = stage.worker.request({"do": "observe"})
+    stage.evidence.expired_probe = probe.get("attempts", [])
+    for attempt in stage.evidence.expired_probe:
+        stage.evidence.mark("old worker", f"after expiry, {attempt['boundary']}: {attempt['outcome']}",
+                            attempt["at"], boundary=attempt["boundary"], outcome=attempt["outcome"])
+    _replace(stage, REPLACEMENT)
+    _stale_writes(stage)
+    _dismiss(stage)
+
+
+def _paused(stage: Stage) -> None:
+    stage.evidence.worker_state_when_paused = stage.worker.pause()
+    _wait_for_expiry(stage)
+    _replace(stage, SAME_LABEL)
+    stage.worker.resume()
+    _stale_writes(stage)
+    _dismiss(stage)
+
+
+def _accepted_then_crash(stage: Stage) -> None:
+    evidence, worker = stage.evidence, stage.worker
+    # The client's timeout must be shorter than what is left of the lease, or the fence (rightly)
+    # refuses to admit the request.
+    timeout = round(stage.setting.lease / 2, 3)
+    committed = stage.folder / "committed.json"
+    worker.send({"do": "execute", "endpoint": stage.supplier.endpoint, "timeout": timeout})
+    deadline = time.monotonic() + stage.setting.lease + 5.0
+    while not committed.exists():
+        early = worker.poll_reply(0.005)
+        if early is not None:  # the worker finished executing: the request was not held
+            raise Abort(f"the old worker's order was not left in flight: it answered {early.get('attempts')}")
+        if worker.process.poll() is not None:
+            raise Abort(f"the old worker exited (status {worker.process.returncode}) before the supplier "
+                        "committed its order")
+        if time.monotonic() > deadline:
+            raise Abort(f"the supplier did not commit the old worker's order within {stage.setting.lease + 5.0} s")
+    worker.kill()
+    state = work_state(stage.database, evidence.work_id)
+    evidence.order_status_after_crash = state["orders"][0] if state["orders"] else None
+    evidence.supplier_orders_at_crash = count_supplier(stage.supplier.ledger)["orders"]
+    later = enqueue(stage.db, "phone:later", OPERATOR, "Check the strawberry stock", subject="SKU-STRAWBERRY")
+    evidence.mark("replacement", "later assignment queued", time.time())
+    _wait_for_expiry(stage)
+    _replace(stage, REPLACEMENT)
+    # A second pass may take the later assignment; new work may reason, so it gets a real model
+    # whose calls are counted separately from the recovery's.
+    model = CountingModel(OfflineShopModel())
+    began = time.time()
+    try:
+        outcome = run_once(
+            stage.db, model, owner=REPLACEMENT, supplier=stage.supplier.client(timeout=SUPPLIER_TIMEOUT),
+            policy=stage.policy, ownership=stage.setting.ownership,
+        )
+    except NotImplementedYet:
+        raise
+    except Exception as error:
+        outcome = {"error": f"{type(error).__name__}: {error}"}
+    evidence.later_work = {"id": later, "pass": _jsonable(outcome), "model_calls": model.calls,
+                           "began": began, "ended": time.time()}
+    evidence.mark("replacement", "second pass (later work)", began)
+
+
+STEPS: dict[str, Callable[[Stage], None]] = {
+    KILLED: _killed,
+    LIVE_STALE: _live_stale,
+    PAUSED: _paused,
+    ACCEPTED_THEN_CRASH: _accepted_then_crash,
+}
+
+
+# --- counting, after every process is gone ------------------------------------------------------
+
+
+def _count(evidence: CaseEvidence, database: Path, ledger: Path) -> None:
+    if evidence.work_id is not None and database.exists():
+        shop = count_shop(database, evidence.work_id)
+        evidence.generation, evidence.owner = shop["generation"], shop["owner"]
+        evidence.work_status, evidence.work_result = shop["status"], shop["result"]
+        evidence.transcript_rows = shop["transcript"]
+        evidence.model_calls_recorded = shop["model_calls"]
+        evidence.reserved_pence, evidence.spent_pence = shop["reserved_pence"], shop["spent_pence"]
+        evidence.order_status = next(
+            (o["status"] for o in shop["orders"] if o["id"] == evidence.operation), None
+        )
+        evidence.events = shop["events"]
+    if ledger.exists():
+        supplier = count_supplier(ledger)
+        evidence.supplier_orders, evidence.supplier_operations = supplier["orders"], supplier["operations"]
+        evidence.supplier_posts, evidence.supplier_gets = supplier["posts"], supplier["gets"]
+        evidence.supplier_requests = supplier["requests"]
+        for request in supplier["requests"]:
+            if request["operation"] is not None:
+                evidence.mark("supplier", f"{request['method']} {request['status']}", request["at"],
+                              method=request["method"], status=request["status"])
+    if evidence.later_work is not None:
+        later_id = evidence.later_work["id"]
+        settled = [e["seq"] for e in evidence.events if e["kind"] == "assistant.order.settled"
+                   and e["payload"].get("order") == evidence.operation]
+        touched = [e for e in evidence.events if e["payload"].get("work") == later_id
+                   and e["kind"] != "assistant.work.enqueued"]
+        evidence.later_work |= {
+            "settled_seq": settled[0] if settled else None,
+            "first_seq": touched[0]["seq"] if touched else None,
+            "first_kind": touched[0]["kind"] if touched else None,
+            "status": work_state(database, later_id).get("status"),
+        }
+
+
+def _claim_fields(claim: Any) -> dict[str, Any]:
+    names = ("id", "session", "prompt", "generation", "owner", "epoch", "subject", "role")
+    return {name: getattr(claim, name, None) for name in names}
+
+
+def _jsonable(outcome: Any) -> dict[str, Any]:
+    if not isinstance(outcome, dict):
+        return {"result": repr(outcome)}
+    return {key: value if isinstance(value, (str, int, float, bool, type(None), dict, list)) else repr(value)
+            for key, value in outcome.items()}

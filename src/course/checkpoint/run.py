@@ -1,0 +1,135 @@
+"""run_checkpoint: load the implementation, run the chosen cases one after another, judge them.
+
+The cases never overlap: each one's lease starts after the previous case has finished. What
+does overlap is process housekeeping: as soon as a case's old worker has been told to claim,
+the next case's database is created and its worker and supplier processes start in the
+background (they claim nothing until told to); while the case waits for the lease to run out,
+the previous case's processes, already asked to stop, are reaped.
+The ratio of wall time to real lease time therefore measures the experiments rather than
+interpreter start-up and shutdown. The total wall time covers everything, reaping included.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from course.checkpoint.cases import ALL, TITLES, Prepared, Setting, prepare, run_prepared
+from course.checkpoint.evidence import CaseEvidence, lease_union
+from course.checkpoint.verdict import judge
+from course.learner import REFERENCE_NAME, LearnerCodeError, describe, load_implementation
+
+
+class Checkpoint(list):
+    """The evidence (a list, one CaseEvidence per case) plus the run's own measurements."""
+
+    wall_seconds: float = 0.0
+    folder: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return bool(self) and all(case.passed for case in self)
+
+    @property
+    def lease_waited_seconds(self) -> float:
+        return lease_union(self)
+
+    @property
+    def ratio(self) -> float | None:
+        waited = self.lease_waited_seconds
+        return self.wall_seconds / waited if waited > 0 else None
+
+    def to_json(self) -> list[dict]:
+        return [case.to_json() for case in self]
+
+
+def run_checkpoint(
+    implementation: str | Path = REFERENCE_NAME,
+    lease_seconds: float = 2.0,
+    cases: Iterable[str] = ALL,
+    output_dir: str | Path | None = None,
+) -> Checkpoint:
+    """Run the worker-recovery experiments against `implementation` and return their evidence.
+
+    `implementation`: "reference" (the runtime's own functions) or a folder holding the
+    learner's 01_claims, 02_fencing and 03_recovery notebooks. `output_dir`: keep each case's
+    databases, ledgers, logs and evidence.json in a new run folder there (default: a temporary
+    folder, removed afterwards). Case failures are reported in the evidence, not raised;
+    KeyboardInterrupt stops the run after every process has been stopped.
+    """
+    started = time.monotonic()
+    cases = tuple(cases)
+    unknown = [name for name in cases if name not in TITLES]
+    if unknown:
+        raise ValueError(f"unknown case(s) {unknown}; choose from {list(ALL)}")
+    if not (isinstance(lease_seconds, (int, float)) and math.isfinite(lease_seconds) and 0.5 <= lease_seconds <= 60):
+        raise ValueError("lease_seconds must be a number of seconds from 0.5 to 60")
+    label = describe(implementation)
+    result = Checkpoint()
+    if output_dir is not None:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        result.folder = Path(tempfile.mkdtemp(prefix="run-", dir=output_dir))
+    try:
+        loaded = load_implementation(implementation)
+    except LearnerCodeError as error:
+        for name in cases:
+            result.append(CaseEvidence(name, TITLES[name], label, float(lease_seconds),
+                                       failures=[f"the learner's notebooks could not be loaded: {error}"]))
+        result.wall_seconds = time.monotonic() - started
+        _keep(result)
+        return result
+
+    temporary = None
+    if result.folder is None:
+        temporary = tempfile.TemporaryDirectory(prefix="ch12-checkpoint-")
+        folder = Path(temporary.name)
+    else:
+        folder = result.folder
+    setting = Setting(loaded.ownership, label, label, float(lease_seconds), folder)
+    upcoming: list[Prepared] = []  # at most one: the next case, prepared during this one's wait
+    finishing: list[Prepared] = []  # finished cases whose processes were asked to stop
+    # One thread starts every child process and lives until all of them are reaped: Linux ties
+    # PR_SET_PDEATHSIG to the spawning thread, and a long start-up (a loaded machine) then
+    # never delays the parent's watch on the lease.
+    spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ch12-spawner")
+    try:
+        for index, name in enumerate(cases):
+            current = upcoming.pop() if upcoming else prepare(name, setting, spawner)
+            later = cases[index + 1] if index + 1 < len(cases) else None
+
+            def prepare_next(later: str | None = later) -> None:
+                if later is not None and not upcoming:
+                    upcoming.append(prepare(later, setting, spawner))
+
+            evidence = run_prepared(current, setting, on_claim=prepare_next,
+                                    while_waiting=lambda: _reap(finishing), reap_later=True)
+            finishing.append(current)
+            result.append(judge(evidence))
+            prepare_next()  # if the case stopped before its claim
+        _reap(finishing)
+        result.wall_seconds = time.monotonic() - started
+        _keep(result)
+    finally:
+        _reap(finishing)
+        _reap(upcoming)  # interrupted between preparing a case and running it
+        spawner.shutdown(wait=True)
+        if temporary is not None:
+            temporary.cleanup()
+    return result
+
+
+def _reap(cases: list[Prepared]) -> None:
+    """Stop and reap the processes of these cases (bounded: children.stop escalates to SIGKILL)."""
+    while cases:
+        cases.pop().close()
+
+
+def _keep(result: Checkpoint) -> None:
+    """With an output folder, keep the evidence beside the databases and ledgers it came from."""
+    if result.folder is not None:
+        (result.folder / "evidence.json").write_text(json.dumps(result.to_json(), indent=2, sort_keys=True))

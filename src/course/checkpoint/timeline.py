@@ -1,0 +1,175 @@
+"""draw_timeline: one panel per case, one lane per process, drawn from recorded data only.
+
+Lanes: the old worker, the replacement (the parent process) and the supplier. Bars are the
+holdings: the old worker's lease from its claim to the row's `expires`, the replacement's
+holding from its claim to its completion. Marks: kill, pause and resume (signals the parent
+sent), the old worker's write attempts (refused or accepted, as it reported them), the
+supplier's requests (from its ledger), and the shop's events placed on the lane of the
+generation that wrote them (from the events table). Nothing on the figure is typed in by hand.
+
+The figure is drawn on a matplotlib Figure with the Agg canvas, never through pyplot's global
+backend, so it works headless and does not disturb a notebook's backend; in a notebook the
+saved PNG is displayed.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+LANES = {"old worker": 2, "replacement": 1, "supplier": 0}
+COLOURS = {"old worker": "#c0504d", "replacement": "#4f81bd", "supplier": "#9bbb59"}
+SIGNAL_MARKERS = {"kill": ("X", "SIGKILL"), "pause": ("s", "SIGSTOP"), "resume": ("^", "SIGCONT")}
+EVENT_LABELS = {
+    "assistant.work.claimed": "claimed",
+    "assistant.order.proposed": "proposed",
+    "assistant.order.sending": "sending",
+    "assistant.order.lookup": "lookup",
+    "assistant.order.settled": "settled",
+    "assistant.work.finished": "finished",
+}
+
+
+def draw_timeline(evidence: Iterable[Any], path: str | Path | None = None, *, show: bool | None = None) -> Path | None:
+    """Draw every case's timeline into one PNG at `path` (and return it); display it when in a
+    notebook (`show=None`) or when asked. Without a path the PNG is only displayed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    cases = [_as_evidence(case) for case in evidence]
+    if not cases:
+        raise ValueError("no evidence to draw")
+    figure = Figure(figsize=(13, 2.9 * len(cases)), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(len(cases), 1, squeeze=False)[:, 0]
+    for ax, case in zip(axes, cases, strict=True):
+        _panel(ax, case)
+    axes[-1].set_xlabel("seconds since the case's claim (wall clock)")
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=110)
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(png.getvalue())
+    if show is None:
+        show = "ipykernel" in sys.modules
+    if show:
+        from IPython.display import Image, display
+
+        display(Image(data=png.getvalue(), format="png"))
+    return path
+
+
+def _panel(ax: Any, case: Any) -> None:
+    origin = case.started_at or min((m["at"] for m in case.marks), default=0.0)
+
+    def x(at: float) -> float:
+        return at - origin
+
+    verdict = "PASS" if case.passed else "FAIL"
+    facts = [f"old worker exit {case.worker_exit}" + (f" ({case.worker_signal})" if case.worker_signal else "")]
+    if case.generation is not None:
+        facts.append(f"generation {case.generation} {case.work_status}")
+    if case.supplier_orders is not None:
+        facts.append(f"supplier orders {case.supplier_orders} (POST {case.supplier_posts}, GET {case.supplier_gets})")
+    if case.model_calls is not None:
+        facts.append(f"model calls {case.model_calls}")
+    title = f"{case.case} - {case.title}: {verdict}\n" + ", ".join(facts)
+    if case.failures:
+        title += "\n" + case.failures[0][:150]
+    ax.set_title(title, loc="left", fontsize=9, color="black" if case.passed else "#b00000")
+    right = 0.0
+
+    for holding in case.leases:
+        start, end = holding.get("start"), holding.get("end")
+        if start is None or end is None:
+            continue
+        lane, colour = LANES[holding["lane"]], COLOURS[holding["lane"]]
+        ax.barh(lane, max(x(end) - x(start), 0.01), left=x(start), height=0.42, color=colour, alpha=0.25,
+                edgecolor=colour)
+        if holding["kind"] == "lease":
+            ax.text((x(start) + x(end)) / 2, lane, f"generation {holding.get('generation')} lease "
+                    f"({holding.get('owner')}), {end - start:.2f} s", fontsize=8, va="center", ha="center")
+        right = max(right, x(end))
+    if case.lease_expires_at is not None:
+        ax.axvline(x(case.lease_expires_at), color="grey", linestyle="--", linewidth=1)
+        ax.text(x(case.lease_expires_at), -0.62, "lease expires ", fontsize=8, color="grey", ha="right")
+
+    # the shop's events (events table), on the lane of the generation that wrote them
+    writers = {}
+    if case.old_generation is not None:
+        writers = {case.old_generation: "old worker", case.old_generation + 1: "replacement"}
+    sequences: dict[str, list[tuple[float, str]]] = {"old worker": [], "replacement": []}
+    for event in case.events:
+        generation = event["payload"].get("generation")
+        if generation not in writers or event["payload"].get("work") not in (None, case.work_id):
+            continue
+        if event["kind"].startswith("assistant.order.") and event["payload"].get("order") != case.operation:
+            continue
+        lane_name = writers[generation]
+        ax.plot(x(event["created_at"]), LANES[lane_name], "o", color=COLOURS[lane_name], markersize=4)
+        sequences[lane_name].append((x(event["created_at"]), EVENT_LABELS.get(event["kind"], event["kind"])))
+        right = max(right, x(event["created_at"]))
+    for lane_name, sequence in sequences.items():
+        if sequence:
+            anchor = sequence[0][0] if lane_name == "old worker" else sequence[-1][0]
+            ax.annotate("events: " + " > ".join(label for _, label in sequence), (anchor, LANES[lane_name]),
+                        xytext=(6 if lane_name == "replacement" else 0, -14), textcoords="offset points",
+                        fontsize=7, color=COLOURS[lane_name])
+
+    attempts: dict[str, list[str]] = {}
+    for mark in case.marks:
+        lane_name, what, at = mark["lane"], mark["what"], mark["at"]
+        lane = LANES.get(lane_name)
+        if lane is None or x(at) < -0.05:  # start-up happened while the previous case waited
+            continue
+        right = max(right, x(at))
+        if what in SIGNAL_MARKERS:
+            marker, label = SIGNAL_MARKERS[what]
+            ax.plot(x(at), lane, marker, color="black", markersize=9)
+            ax.annotate(label, (x(at), lane), xytext=(0, 9), textcoords="offset points", fontsize=8, ha="center")
+        elif "outcome" in mark:
+            refused = mark["outcome"] == "refused"
+            ax.plot(x(at), lane, "x" if refused else "*", color="black" if refused else "#b00000", markersize=8)
+            phase = "after expiry" if what.startswith("after expiry") else "after takeover"
+            attempts.setdefault(phase, []).append(
+                f"{mark['boundary']} {'refused' if refused else mark['outcome'].upper()}")
+        elif "method" in mark:
+            post = mark["method"] == "POST"
+            ax.plot(x(at), lane, "D" if post else "o", color=COLOURS["supplier"], markersize=7)
+            label = f"order committed (POST {mark['status']})" if post else f"lookup (GET {mark['status']})"
+            ax.annotate(label, (x(at), lane), xytext=(6, 6 if post else -13), textcoords="offset points",
+                        fontsize=8)
+        elif what.startswith("competing claim"):
+            ax.plot(x(at), lane, "v", color="black", markersize=6)
+            ax.annotate(what, (x(at), lane), xytext=(6, 6), textcoords="offset points", fontsize=7)
+        elif what in ("later assignment queued", "second pass (later work)"):
+            ax.plot(x(at), lane, ">", color=COLOURS["replacement"], markersize=6)
+            below = what == "later assignment queued"
+            ax.annotate(what, (x(at), lane), xytext=(6, -14 if below else 6), textcoords="offset points",
+                        fontsize=7)
+    for phase, labels in attempts.items():
+        times = [m["at"] for m in case.marks
+                 if "outcome" in m and m["what"].startswith("after expiry") == (phase == "after expiry")]
+        ax.annotate(f"{phase}: " + ", ".join(labels), (x(max(times)), LANES["old worker"]),
+                    xytext=(8, 6 if phase == "after takeover" else -14), textcoords="offset points", fontsize=7)
+
+    ax.set_xlim(-0.1, right + 0.55 * max(right, 1.0))
+    ax.set_yticks(list(LANES.values()), list(LANES))
+    ax.set_ylim(-0.75, 2.75)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _as_evidence(case: Any) -> Any:
+    """CaseEvidence objects as they are; dicts (evidence read back from JSON) rebuilt."""
+    if not isinstance(case, dict):
+        return case
+    from dataclasses import fields
+
+    from course.checkpoint.evidence import CaseEvidence
+
+    names = {f.name for f in fields(CaseEvidence)}
+    return CaseEvidence(**{key: value for key, value in case.items() if key in names})

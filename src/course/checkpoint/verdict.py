@@ -1,0 +1,144 @@
+"""Judge a case's counted evidence: each broken expectation becomes one specific sentence.
+
+The sentences say what was observed and which rule it breaks, e.g. "the old worker's
+completion was accepted after generation 2 took over" or "the supplier holds 2 orders".
+A function still holding its stub is reported as "not implemented yet: <function>".
+"""
+
+from __future__ import annotations
+
+from course.checkpoint.cases import ACCEPTED_THEN_CRASH, KILLED, LIVE_STALE, PAUSED
+from course.checkpoint.evidence import CaseEvidence
+
+BOUNDARIES = {
+    "transcript": "transcript observation",
+    "completion": "completion",
+    "supplier": "supplier execution",
+}
+STALE_BOUNDARIES = tuple(BOUNDARIES)
+
+
+def judge(evidence: CaseEvidence) -> CaseEvidence:
+    """Append an explanation to `evidence.failures` for every expectation the facts break."""
+    if evidence.failures:
+        # The case stopped (a stub, a refused step, a process that broke the protocol): that
+        # sentence is the explanation; judging the half-run remainder would only add noise.
+        return evidence
+    if evidence.operation is None:
+        evidence.failures.append("the old worker never reported a prepared order")
+        return evidence
+    say = evidence.failures.append
+    old = evidence.old_generation
+    new = None if old is None else old + 1
+
+    if evidence.case in (KILLED, ACCEPTED_THEN_CRASH) and evidence.worker_exit != -9:
+        say(f"the old worker's exit status was {evidence.worker_exit}, not -9: it was not killed by SIGKILL")
+    if evidence.case == PAUSED and evidence.worker_state_when_paused not in ("T", "t"):
+        say(f"the old worker was not stopped by SIGSTOP (its /proc state was {evidence.worker_state_when_paused!r})")
+    if evidence.case in (LIVE_STALE, PAUSED) and evidence.replacement is not None and evidence.worker_exit != 0:
+        say(f"the old worker should have stayed alive and exited cleanly when told; its exit status was "
+            f"{evidence.worker_exit}")
+    if evidence.expiry_observed_at is None:
+        return evidence  # the case stopped before the lease ran out; the reason is recorded
+    if evidence.lease_waited_seconds is not None and evidence.lease_waited_seconds > evidence.lease_seconds + 0.05:
+        say(f"the claim's lease in the row lasts {evidence.lease_waited_seconds:.2f} s, longer than the "
+            f"{evidence.lease_seconds} s asked for (ttl)")
+
+    # the expired, not yet replaced, holder (live_stale)
+    for attempt in evidence.expired_probe:
+        if attempt["outcome"] != "refused":
+            say(_stale_sentence(attempt, "after its lease expired (before any replacement): expiry alone "
+                                         "must end its authority"))
+
+    # the replacement
+    replacement = evidence.replacement or {}
+    if "error" in replacement:
+        if evidence.model_calls:
+            say(f"the replacement called the model ({evidence.model_calls} call(s)): recovery must continue "
+                "the recorded, approved order without new reasoning")
+        else:
+            say(f"the replacement's pass failed: {replacement['error']}")
+    elif evidence.model_calls:
+        say(f"the replacement called the model {evidence.model_calls} time(s)")
+    if evidence.model_calls_recorded:
+        say(f"the database recorded {evidence.model_calls_recorded} model call(s) reserved after the takeover; "
+            "recovery should reserve none")
+    if evidence.generation != new:
+        say(f"the assignment is at generation {evidence.generation} after the takeover; expected {new} "
+            f"(the old worker held {old}, the replacement adds exactly one)")
+    if evidence.owner != replacement.get("owner"):
+        say(f"the assignment's owner is {evidence.owner!r}, not the replacement {replacement.get('owner')!r}")
+    if evidence.work_status != "DONE":
+        detail = replacement.get("result") or replacement.get("error") or replacement.get("status")
+        say(f"the assignment is {evidence.work_status} after the replacement's pass, not DONE ({detail})")
+    if evidence.work_result and "stale result" in evidence.work_result:
+        say("the stored work result is the old worker's stale result, not the replacement's receipt")
+
+    # the supplier, counted from its own ledger
+    if evidence.supplier_orders != 1:
+        say(f"the supplier holds {evidence.supplier_orders} orders; exactly 1 was approved")
+    if evidence.supplier_operations and evidence.supplier_operations != [evidence.operation]:
+        say(f"the supplier's orders carry operation(s) {evidence.supplier_operations}, not only the original "
+            f"operation {evidence.operation}")
+    if evidence.supplier_posts is not None and evidence.supplier_posts != 1:
+        say(f"the supplier received {evidence.supplier_posts} order requests (POST); the order should be sent "
+            "exactly once" + (" and then only looked up" if evidence.case == ACCEPTED_THEN_CRASH else ""))
+    if evidence.order_status != "CONFIRMED":
+        say(f"the shop records the order as {evidence.order_status}, not CONFIRMED")
+
+    # money and the transcript (SQL)
+    if (evidence.reserved_pence, evidence.spent_pence) != (0, evidence.order_amount):
+        say(f"money reserved/spent is {evidence.reserved_pence}/{evidence.spent_pence} pence; expected "
+            f"0/{evidence.order_amount} (the one approved order, paid once)")
+    stale_rows = evidence.transcript_rows.get(str(old), 0)
+    if stale_rows:
+        say(f"the transcript holds {stale_rows} row(s) written by generation {old}, the stale holder")
+
+    # the old holder's writes after the takeover
+    if evidence.case in (LIVE_STALE, PAUSED):
+        seen = {attempt["boundary"]: attempt for attempt in evidence.stale_attempts}
+        for boundary in STALE_BOUNDARIES:
+            attempt = seen.get(boundary)
+            if attempt is None:
+                say(f"the old worker never reported its {BOUNDARIES[boundary]} attempt")
+            elif attempt["outcome"] != "refused":
+                say(_stale_sentence(attempt, f"after generation {new} took over"))
+
+    if evidence.case == ACCEPTED_THEN_CRASH:
+        _judge_accepted_then_crash(evidence)
+    return evidence
+
+
+def _judge_accepted_then_crash(evidence: CaseEvidence) -> None:
+    say = evidence.failures.append
+    if evidence.order_status_after_crash != "SENDING":
+        say(f"the crash did not land between the supplier's commit and the local receipt: the local order was "
+            f"{evidence.order_status_after_crash} right after the kill, not SENDING")
+    if evidence.supplier_orders_at_crash != 1:
+        say(f"the supplier held {evidence.supplier_orders_at_crash} orders at the crash; the experiment needs "
+            "the order committed remotely before the kill")
+    if evidence.supplier_gets != 1:
+        say(f"the supplier answered {evidence.supplier_gets} lookups (GET); the replacement should discover the "
+            "uncertain operation with exactly one lookup before anything else")
+    later = evidence.later_work or {}
+    settled, first = later.get("settled_seq"), later.get("first_seq")
+    if settled is None:
+        say("the events table shows no settlement of the original order")
+    elif first is None:
+        say("the later assignment was never taken after the uncertain order was settled")
+    elif first < settled:
+        say(f"the later assignment was taken (event {first}, {later.get('first_kind')}) before the uncertain "
+            f"order was settled (event {settled})")
+
+
+def _stale_sentence(attempt: dict, when: str) -> str:
+    name = BOUNDARIES.get(attempt["boundary"], attempt["boundary"])
+    outcome = attempt["outcome"]
+    if outcome == "accepted":
+        return f"the old worker's {name} was accepted {when}"
+    if outcome == "not implemented":
+        return attempt["error"]
+    if outcome == "refused by order rules":
+        return (f"the old worker's {name} was stopped by the order rules ({attempt['error']}), not by the "
+                f"ownership fence, {when}")
+    return f"the old worker's {name} failed with {attempt.get('error')} instead of PermissionError {when}"

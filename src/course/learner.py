@@ -1,0 +1,232 @@
+"""Turn a learner's chapter-12 notebooks into an `Ownership` the real worker can run.
+
+The checkpoint does not import notebooks. It reads `01_claims`, `02_fencing` and `03_recovery`
+(nbformat 4 JSON), keeps only the cells tagged `setup` and the six graded cells (found by their
+nbgrader `grade_id`), and executes them in a fresh module. Everything else in a notebook
+(observations, tests, scratch work) is ignored, so a learner's experiments cannot change what
+is graded.
+
+One module per notebook, not one for all three: each notebook is self-contained, and a later
+notebook's `setup` cell may import the *reference* `claim` or `assert_current` (02_fencing
+uses the reference `claim`). In a shared namespace that import would silently replace the
+learner's function, and the checkpoint would grade the reference. Separate modules reproduce
+what each function saw in the learner's own kernel.
+
+A function still holding nbgrader's stub (`raise NotImplementedError()`) is not an error here:
+calling it raises `NotImplementedYet`, whose message is "not implemented yet: <function>".
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import types
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sovereign_agent.ownership import REFERENCE, Ownership
+
+REFERENCE_NAME = "reference"
+
+# notebook -> graded cells (grade_id) in the order they are executed, and the name each defines.
+GRADED_CELLS: dict[str, tuple[tuple[str, str], ...]] = {
+    "01_claims.ipynb": (("claim_dataclass", "Claim"), ("claim", "claim")),
+    "02_fencing.ipynb": (("assert_current", "assert_current"), ("observe", "observe"), ("finish", "finish")),
+    "03_recovery.ipynb": (("order_to_continue", "order_to_continue"),),
+}
+FUNCTIONS = ("claim", "assert_current", "observe", "finish", "order_to_continue")
+
+
+class LearnerCodeError(Exception):
+    """The learner's notebooks cannot be turned into an implementation (missing, or raising)."""
+
+
+class NotImplementedYet(NotImplementedError):
+    """A learner function that is still nbgrader's stub."""
+
+    def __init__(self, function: str) -> None:
+        super().__init__(f"not implemented yet: {function}")
+        self.function = function
+
+
+@dataclass(frozen=True)
+class LearnerCell:
+    notebook: str
+    label: str  # "setup" or the grade_id
+    source: str
+
+
+@dataclass
+class LoadedImplementation:
+    """What `load_implementation` found; `ownership` is what the worker runs."""
+
+    ownership: Ownership
+    folder: Path | None
+    missing: list[str] = field(default_factory=list)  # names still stubs at definition time
+    modules: list[types.ModuleType] = field(default_factory=list)
+
+
+def describe(implementation: str | Path) -> str:
+    """A short, stable label for reports: 'reference' or the folder's absolute path."""
+    if str(implementation) == REFERENCE_NAME:
+        return REFERENCE_NAME
+    return str(Path(implementation).expanduser().resolve())
+
+
+def learner_cells(folder: str | Path) -> list[LearnerCell]:
+    """The `setup` cells and the six graded cells, notebook by notebook, in cell order."""
+    folder = Path(folder).expanduser().resolve()
+    if not folder.is_dir():
+        raise LearnerCodeError(f"no notebook folder at {folder}")
+    cells: list[LearnerCell] = []
+    for notebook, graded in GRADED_CELLS.items():
+        path = folder / notebook
+        if not path.is_file():
+            raise LearnerCodeError(f"missing notebook: {path} (expected {', '.join(GRADED_CELLS)})")
+        wanted = {grade_id for grade_id, _ in graded}
+        found: set[str] = set()
+        for cell in _read_cells(path):
+            if cell.get("cell_type") != "code":
+                continue
+            metadata = cell.get("metadata", {})
+            grade_id = metadata.get("nbgrader", {}).get("grade_id")
+            if "setup" in metadata.get("tags", []):
+                cells.append(LearnerCell(notebook, "setup", _text(cell.get("source", ""))))
+            elif grade_id in wanted:
+                if grade_id in found:
+                    raise LearnerCodeError(f"{path} has two cells with grade_id {grade_id!r}")
+                found.add(grade_id)
+                cells.append(LearnerCell(notebook, grade_id, _text(cell.get("source", ""))))
+        for grade_id in sorted(wanted - found):
+            raise LearnerCodeError(
+                f"{path} has no code cell with nbgrader grade_id {grade_id!r}: "
+                "restore the cell (or fetch a fresh copy of the notebook) and keep your code in it"
+            )
+    return cells
+
+
+def _read_cells(path: Path) -> list[dict[str, Any]]:
+    """A notebook's cells in nbformat 4 structure.
+
+    Version 4 files (everything Jupyter has written since 2015) are read as the JSON they are:
+    importing nbformat costs seconds here (jsonschema compiles format grammars at import), and
+    every worker process would pay it. Older formats go through nbformat's converter.
+    """
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise LearnerCodeError(f"cannot read {path}: {error}") from None
+    if not isinstance(document, dict) or "nbformat" not in document:
+        raise LearnerCodeError(f"{path} is not a Jupyter notebook")
+    if document["nbformat"] != 4:
+        import nbformat
+
+        try:
+            document = nbformat.reads(json.dumps(document), as_version=4)
+        except Exception as error:  # nbformat raises several kinds for unconvertible files
+            raise LearnerCodeError(f"cannot convert {path} to notebook format 4: {error}") from None
+    cells = document.get("cells")
+    if not isinstance(cells, list):
+        raise LearnerCodeError(f"{path} has no list of cells")
+    return [cell for cell in cells if isinstance(cell, dict)]
+
+
+def _text(source: str | list[str]) -> str:
+    """Cell sources are stored as one string or as a list of lines."""
+    return source if isinstance(source, str) else "".join(source)
+
+
+def load_implementation(implementation: str | Path) -> LoadedImplementation:
+    """`"reference"` or a folder holding the learner's three notebooks."""
+    if str(implementation) == REFERENCE_NAME:
+        return LoadedImplementation(REFERENCE, None)
+    folder = Path(implementation).expanduser().resolve()
+    cells = learner_cells(folder)
+    modules: dict[str, types.ModuleType] = {}
+    missing: list[str] = []
+    defined: dict[str, Any] = {}
+    for cell in cells:
+        module = modules.get(cell.notebook)
+        if module is None:
+            module = modules[cell.notebook] = _fresh_module(cell.notebook)
+        where = f"{cell.notebook}, cell {cell.label!r}"
+        try:
+            exec(compile(cell.source, f"<{where}>", "exec"), module.__dict__)
+        except NotImplementedError:
+            # A stub at definition time (nbgrader's stub inside a class body does this).
+            missing.extend(name for grade_id, name in GRADED_CELLS[cell.notebook] if grade_id == cell.label)
+            continue
+        except Exception as error:
+            raise LearnerCodeError(f"{where} raised {type(error).__name__}: {error}") from error
+        for grade_id, name in GRADED_CELLS[cell.notebook]:
+            if grade_id == cell.label:
+                if name not in module.__dict__:
+                    raise LearnerCodeError(f"{where} does not define {name!r}")
+                # Captured now: a later cell rebinding the name cannot swap the graded object.
+                defined[name] = module.__dict__[name]
+    functions = {name: _guarded(name, defined.get(name), missing) for name in FUNCTIONS}
+    return LoadedImplementation(Ownership(**functions), folder, missing, list(modules.values()))
+
+
+def load_ownership(folder: str | Path) -> Ownership:
+    """The learner's `claim`, `assert_current`, `observe`, `finish` and `order_to_continue`.
+
+    `"reference"` returns the reference runtime (`sovereign_agent.ownership.REFERENCE`).
+    Raises LearnerCodeError for a missing notebook or cell, or a cell that fails to run.
+    """
+    return load_implementation(folder).ownership
+
+
+def _fresh_module(notebook: str) -> types.ModuleType:
+    """A new module registered in sys.modules, so dataclasses (and pickling) can find it."""
+    name = f"course_learner_{Path(notebook).stem}_{uuid.uuid4().hex[:8]}"
+    module = types.ModuleType(name, f"graded cells of {notebook}")
+    module.__dict__["__builtins__"] = __builtins__
+    sys.modules[name] = module
+    return module
+
+
+def _guarded(name: str, function: Callable[..., Any] | None, missing: list[str]) -> Callable[..., Any]:
+    """Call the learner's function; a stub says which function is missing instead of crashing."""
+    if function is None or not callable(function):
+
+        def absent(*args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedYet(name)
+
+        absent.__name__ = name
+        return absent
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except NotImplementedYet:
+            raise
+        except NotImplementedError as error:
+            raise NotImplementedYet(_innermost_stub(error, name)) from None
+        except NameError as error:
+            # `claim` builds a Claim: if that class is still a stub, name it rather than the
+            # NameError it causes.
+            if error.name in missing:
+                raise NotImplementedYet(f"{error.name} (cell claim_dataclass)") from None
+            raise
+
+    return call
+
+
+def _innermost_stub(error: BaseException, default: str) -> str:
+    """The graded function that actually raised: `observe` may be fine and call a stub
+    `assert_current`; the learner should be sent to the stub."""
+    graded = {name for cells in GRADED_CELLS.values() for _, name in cells}
+    found = default
+    traceback = error.__traceback__
+    while traceback is not None:
+        code = traceback.tb_frame.f_code
+        if code.co_filename.startswith("<0") and code.co_name in graded:
+            found = code.co_name
+        traceback = traceback.tb_next
+    return found
