@@ -1,0 +1,300 @@
+"""Fixtures for the real-browser tests: a throw-away JupyterLab server and Debian's chromium.
+
+* ``lab``: a JupyterLab server started from the current interpreter, bound to 127.0.0.1 on a
+  free port, token-protected, serving a fresh temporary directory, with its own workspaces,
+  settings, runtime, config, data and IPython directories. It is stopped at teardown (kernels
+  included) and the teardown checks that no process it started is left behind.
+* ``browser_type_launch_args`` (overrides pytest-playwright's): launch /usr/bin/chromium; never a
+  downloaded browser (do not run ``playwright install``). If /usr/bin/chromium is missing the
+  browser tests are skipped, except when the ``CI`` environment variable is set: then they fail.
+
+See docs in /work/shared/notes/TOOLCHAIN.md, "JupyterLab in a real browser", for why each
+setting is here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import warnings
+from pathlib import Path
+
+import psutil  # a dependency of ipykernel, so always present next to JupyterLab
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+SERVER_START_TIMEOUT = 60.0  # seconds until /api/status answers
+SERVER_STOP_TIMEOUT = 20.0  # seconds for a clean shutdown before signals are used
+
+# User settings for this run only (JUPYTERLAB_SETTINGS_DIR).
+LAB_SETTINGS = {
+    # No "Select Kernel" dialog: start the notebook's kernel by itself.
+    # windowingMode "none": every cell stays in the DOM (prompts can be inspected, the
+    # screenshot shows every cell that fits).
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {
+        "autoStartDefaultKernel": True,
+        "windowingMode": "none",
+    },
+    # No news or update checks (no network, no pop-up over the notebook).
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Chromium
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    if not CHROMIUM.exists():
+        reason = (
+            f"{CHROMIUM} is missing: install Debian's chromium package (apt-get install chromium); "
+            "never run `playwright install`"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and {reason}", pytrace=False)
+        pytest.skip(reason)
+    return str(CHROMIUM)
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(chromium_executable: str) -> dict:
+    """Override pytest-playwright: always Debian's chromium, headless, with the known-good args."""
+    return {"executable_path": chromium_executable, "headless": True, "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args: dict) -> dict:
+    """A tall viewport so that a screenshot shows most of an executed notebook."""
+    return {**browser_context_args, "viewport": {"width": 1400, "height": 2000}}
+
+
+# --------------------------------------------------------------------------------------------
+# JupyterLab server
+# --------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Linux: the server gets SIGTERM if pytest itself dies (kill -9, crash), so it never lingers.
+# The child sets PR_SET_PDEATHSIG (1) on itself, then execs `python -m jupyter lab ...` (the
+# setting survives exec). Done in the child's own Python instead of a preexec_fn, which is not
+# safe while the test process runs threads.
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+parent = int(sys.argv[1])
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+except (OSError, AttributeError):
+    pass
+if os.getppid() != parent:
+    sys.exit("parent died before jupyter lab started")
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+
+
+class LabServer:
+    """A running JupyterLab server; ``root_dir`` is what the file browser shows."""
+
+    def __init__(self, base_dir: Path):
+        self.base_dir = base_dir
+        self.root_dir = base_dir / "root"
+        self.log_path = base_dir / "jupyter-lab.log"
+        self.token = secrets.token_hex(24)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+        self._log_file = None
+        self.forced_kills: list[str] = []
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, body: dict | None = None, timeout: float = 10.0):
+        """Call the Jupyter REST API (token in the header, so no XSRF cookie is needed)."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            f"{self.url}/{path.lstrip('/')}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def lab_url(self, rel_path: str) -> str:
+        return f"{self.url}/lab/tree/{urllib.request.pathname2url(rel_path)}?token={self.token}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        dirs = {
+            name: self.base_dir / sub
+            for name, sub in [
+                ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
+                ("JUPYTERLAB_SETTINGS_DIR", "user-settings"),
+                ("JUPYTER_RUNTIME_DIR", "runtime"),
+                ("JUPYTER_CONFIG_DIR", "config"),  # ignore ~/.jupyter
+                ("JUPYTER_DATA_DIR", "data"),  # ignore ~/.local/share/jupyter
+                ("IPYTHONDIR", "ipython"),  # ignore ~/.ipython startup files
+            ]
+        }
+        for d in [self.root_dir, *dirs.values()]:
+            d.mkdir(parents=True, exist_ok=True)
+        for rel, settings in LAB_SETTINGS.items():
+            f = dirs["JUPYTERLAB_SETTINGS_DIR"] / rel
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps(settings, indent=2))
+
+        env = {**os.environ, **{k: str(v) for k, v in dirs.items()}}
+        env.pop("JUPYTER_TOKEN", None)
+        cmd = [
+            sys.executable, "-m", "jupyter", "lab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.root_dir}",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]  # fmt: skip
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-root")
+        if sys.platform.startswith("linux"):
+            cmd = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd[1:]]
+
+        self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            cmd,
+            # The nbgrader validate handler reads nbgrader_config.py from the server's cwd:
+            # start in the temporary directory so nothing from the repo (or gradebook files)
+            # is read or written.
+            cwd=self.root_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: Ctrl-C in pytest does not hit it
+        )
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"jupyter lab exited with {self.process.returncode} during start-up:\n"
+                    + self.log_tail()
+                )
+            try:
+                self.api("GET", "api/status", timeout=2)
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"jupyter lab did not answer /api/status within {SERVER_START_TIMEOUT:.0f} s:\n"
+                    + self.log_tail()
+                )
+            time.sleep(0.25)
+
+    def _tree(self) -> list[psutil.Process]:
+        """The server and every process below it (kernels, and whatever they started)."""
+        if self.process is None:
+            return []
+        try:
+            root = psutil.Process(self.process.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> None:
+        """Shut down kernels and server; kill by pid whatever it started that is still alive."""
+        if self.process is None:
+            return
+        tracked = self._tree()
+        try:
+            if self.process.poll() is None:
+                # Shut kernels down one by one, then the server (/api/shutdown also cleans up
+                # kernels and terminals, this is belt and braces).
+                # A failed request is not an error here: signals follow if the server stays.
+                try:
+                    for kernel in self.api("GET", "api/kernels", timeout=5) or []:
+                        self.api("DELETE", f"api/kernels/{kernel['id']}", timeout=15)
+                except (OSError, ValueError) as exc:  # URLError is an OSError
+                    self.forced_kills.append(f"(kernel shutdown request failed: {exc})")
+                try:
+                    self.api("POST", "api/shutdown", timeout=15)
+                except (OSError, ValueError):
+                    pass  # the server may close the connection while it exits
+                try:
+                    self.process.wait(SERVER_STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    self.forced_kills.append(f"jupyter lab pid {self.process.pid} (SIGTERM)")
+                    os.killpg(self.process.pid, signal.SIGTERM)
+                    try:
+                        self.process.wait(10)
+                    except subprocess.TimeoutExpired:
+                        os.killpg(self.process.pid, signal.SIGKILL)
+                        self.process.wait(10)
+        finally:
+            if self._log_file is not None:
+                self._log_file.close()
+            # Kernels run in their own sessions (jupyter_client), so the process group kill
+            # above would miss them: check every process that was below the server by pid.
+            _, alive = psutil.wait_procs(tracked, timeout=10)
+            for p in alive:
+                try:
+                    self.forced_kills.append(f"pid {p.pid} {' '.join(p.cmdline())[:120]}")
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            _, still = psutil.wait_procs(alive, timeout=10)
+            if still:
+                raise RuntimeError(f"processes survived SIGKILL: {[p.pid for p in still]}")
+
+
+@pytest.fixture
+def lab(tmp_path_factory: pytest.TempPathFactory):
+    """A fresh JupyterLab server for one test; always stopped (with its kernels) at teardown."""
+    server = LabServer(tmp_path_factory.mktemp("lab"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        if server.forced_kills:
+            warnings.warn(
+                "JupyterLab did not shut down cleanly; killed: " + "; ".join(server.forced_kills)
+            )

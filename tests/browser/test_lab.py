@@ -1,0 +1,480 @@
+"""The learner's first notebook, run in JupyterLab in a real browser (headless Debian chromium).
+
+What a learner does: open the notebook, Run > Run All Cells, read the outputs, click nbgrader's
+Validate button. The tests do the same through the UI on a temporary copy, save, read the
+executed notebook back from disk and check it:
+
+* learner release (notebooks/ch12/01_claims.ipynb): errors are allowed only in solution cells
+  (nbgrader ``solution: true``, they still hold ``raise NotImplementedError()``) and in visible
+  test cells (``grade: true, solution: false``); every code cell must have run; every cell
+  tagged ``observation`` must show output and no error. The Validate button must answer.
+* instructor source (solutions/ch12/01_claims.ipynb): every code cell runs without error and
+  the Validate button reports success.
+
+JupyterLab's Run All sends every cell with ``stop_on_error``: after the first error the kernel
+aborts the rest, unless the erroring cell is tagged ``raises-exception``. So in the release the
+solution and visible-test cells must carry that tag, or the observation cells after them never
+run (the checks report such cells as "did not run").
+
+Screenshots go to pytest-playwright's output folder (``--output``, default ``test-results/``
+relative to the working directory, one sub-folder per test) and are also copied to
+``<repo>/test-results/<same sub-folder>/`` when pytest runs from elsewhere.
+
+``run_notebook_in_lab`` is the reusable machinery; ``test_machinery_on_generated_notebooks``
+checks it on a small generated notebook pair (it also runs while the real notebooks are not
+written yet).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from .conftest import REPO_ROOT, LabServer
+
+pytestmark = pytest.mark.browser
+
+# Environment overrides, e.g. to try a freshly generated release before it is committed.
+LEARNER_NOTEBOOK = Path(
+    os.environ.get(
+        "LAB_TEST_LEARNER_NOTEBOOK", REPO_ROOT / "notebooks" / "ch12" / "01_claims.ipynb"
+    )
+).resolve()
+SOLUTION_NOTEBOOK = Path(
+    os.environ.get(
+        "LAB_TEST_SOLUTION_NOTEBOOK", REPO_ROOT / "solutions" / "ch12" / "01_claims.ipynb"
+    )
+).resolve()
+
+KERNEL_READY_TIMEOUT = 60.0
+RUN_ALL_TIMEOUT = 300.0
+SAVE_TIMEOUT = 30.0
+VALIDATE_TIMEOUT = 180.0  # nbgrader executes the whole notebook again on the server
+
+# Selectors (JupyterLab 4.6, nbgrader 0.9.6 lab extension).
+MENU_BAR_ITEM = "#jp-MainMenu .lm-MenuBar-item"
+RUN_ALL_ITEM = '.lm-Menu-content > li.lm-Menu-item[data-command="runmenu:run-all"]'
+SAVE_ITEM = '.lm-Menu-content > li.lm-Menu-item[data-command="docmanager:save"]'
+NOTEBOOK_PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+VALIDATE_BUTTON = f"{NOTEBOOK_PANEL} .jp-Toolbar jp-button.validate-button"
+DIALOG = ".jp-Dialog"
+
+
+# --------------------------------------------------------------------------------------------
+# Machinery
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LabRun:
+    notebook: nbformat.NotebookNode  # the executed notebook, as saved by JupyterLab
+    rel_path: str  # path of the temporary copy, relative to the server root
+    seconds: float  # from page load to saved notebook
+
+
+def stage_copy(lab: LabServer, source: Path) -> str:
+    """Copy the notebook's folder into the server root; clear outputs of the notebook copy.
+
+    The whole folder is copied so that files next to the notebook resolve as they would for a
+    learner. Outputs and execution counts are cleared so that every output read back comes from
+    this run.
+    """
+    dest_dir = lab.root_dir / source.parent.name
+    shutil.copytree(
+        source.parent,
+        dest_dir,
+        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc"),
+        dirs_exist_ok=True,
+    )
+    dest = dest_dir / source.name
+    nb = nbformat.read(dest, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    nbformat.write(nb, dest)
+    return dest.relative_to(lab.root_dir).as_posix()
+
+
+def wait_for_kernel(lab: LabServer, rel_path: str, timeout: float = KERNEL_READY_TIMEOUT) -> str:
+    """Wait until the notebook's kernel is idle AND its websocket is connected.
+
+    The UI shows "Idle" before the websocket is up; Run All clicked then runs the first cell
+    only (TOOLCHAIN.md).
+    """
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        for session in lab.api("GET", "api/sessions") or []:
+            if session.get("path") == rel_path and session.get("kernel"):
+                kernel = lab.api("GET", f"api/kernels/{session['kernel']['id']}")
+                last = kernel
+                if kernel["execution_state"] == "idle" and kernel["connections"] >= 1:
+                    return kernel["id"]
+        time.sleep(0.25)
+    raise AssertionError(
+        f"kernel for {rel_path} not idle+connected within {timeout:.0f} s (last: {last})\n"
+        + lab.log_tail()
+    )
+
+
+def click_menu(page, menu: str, item_selector: str) -> None:
+    page.locator(MENU_BAR_ITEM, has_text=re.compile(rf"^\s*{re.escape(menu)}\s*$")).click()
+    page.locator(item_selector).click()
+
+
+def code_prompts(page) -> list[str]:
+    return page.eval_on_selector_all(
+        f"{NOTEBOOK_PANEL} .jp-CodeCell .jp-InputPrompt",
+        "els => els.map(e => e.textContent.trim())",
+    )
+
+
+def wait_until_executed(
+    lab: LabServer, page, kernel_id: str, timeout: float = RUN_ALL_TIMEOUT
+) -> None:
+    """Done when the first code cell has a number, no prompt shows [*] and the kernel is idle,
+    twice in a row half a second apart. (The outputs were cleared before the run, so a number
+    can only come from this run; Run All marks every queued cell [*] at once.)"""
+    deadline = time.monotonic() + timeout
+    stable = 0
+    prompts: list[str] = []
+    while time.monotonic() < deadline:
+        prompts = code_prompts(page)
+        kernel = lab.api("GET", f"api/kernels/{kernel_id}")
+        done = (
+            bool(prompts)
+            and re.search(r"\d", prompts[0]) is not None
+            and not any("*" in p for p in prompts)
+            and kernel["execution_state"] == "idle"
+        )
+        stable = stable + 1 if done else 0
+        if stable >= 2:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"Run All did not finish within {timeout:.0f} s; prompts: {prompts}")
+
+
+def save_notebook(lab: LabServer, page, rel_path: str, timeout: float = SAVE_TIMEOUT) -> None:
+    path = lab.root_dir / rel_path
+    before = path.stat().st_mtime_ns
+    click_menu(page, "File", SAVE_ITEM)
+    dirty_tab = page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.stat().st_mtime_ns != before and dirty_tab.count() == 0:
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"{rel_path} was not saved within {timeout:.0f} s")
+
+
+def run_notebook_in_lab(lab: LabServer, page, source: Path) -> LabRun:
+    """Open a temporary copy of ``source`` in Lab, Run All Cells through the menu, save it and
+    return the executed notebook read back from disk. The page stays open on the notebook."""
+    rel_path = stage_copy(lab, source)
+    n_cells = len(nbformat.read(lab.root_dir / rel_path, as_version=4).cells)
+    start = time.monotonic()
+    page.goto(lab.lab_url(rel_path), timeout=90_000)  # a loaded 2-core machine: 10-25 s
+    cells = page.locator(f"{NOTEBOOK_PANEL} .jp-Notebook .jp-Cell")
+    cells.first.wait_for(state="attached", timeout=60_000)
+    deadline = time.monotonic() + 30
+    while cells.count() != n_cells and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cells.count() == n_cells, f"Lab shows {cells.count()} cells, file has {n_cells}"
+
+    kernel_id = wait_for_kernel(lab, rel_path)
+    click_menu(page, "Run", RUN_ALL_ITEM)
+    wait_until_executed(lab, page, kernel_id)
+    save_notebook(lab, page, rel_path)
+    nb = nbformat.read(lab.root_dir / rel_path, as_version=4)
+    return LabRun(notebook=nb, rel_path=rel_path, seconds=time.monotonic() - start)
+
+
+def validate_in_lab(page, timeout: float = VALIDATE_TIMEOUT) -> tuple[str, str]:
+    """Click nbgrader's Validate toolbar button; return (result kind, dialog text), then close
+    the dialog. The kind is the class nbgrader puts on the dialog body: validation-success,
+    validation-failed, validation-changed, validation-passed, or "error" when the validate
+    command itself failed."""
+    button = page.locator(VALIDATE_BUTTON)
+    button.wait_for(state="visible", timeout=30_000)
+    button.click()
+    dialog = page.locator(DIALOG)
+    dialog.wait_for(state="visible", timeout=timeout * 1000)
+    title = dialog.locator(".jp-Dialog-header").inner_text().strip()
+    body = dialog.locator(".jp-Dialog-body")
+    text = body.inner_text().strip()
+    kind = page.evaluate(
+        """() => {
+            const n = document.querySelector(
+                '.jp-Dialog-body[class*="validation-"], .jp-Dialog-body [class*="validation-"]');
+            if (!n) return 'error';
+            return [...n.classList].find(c => c.startsWith('validation-'));
+        }"""
+    )
+    return kind, f"{title}\n{text}"
+
+
+def close_dialog(page) -> None:
+    page.locator(f"{DIALOG} .jp-Dialog-footer button").last.click()
+    page.locator(DIALOG).wait_for(state="detached", timeout=10_000)
+
+
+def scroll_notebook_to_top(page) -> None:
+    """Run All leaves the notebook scrolled to its last cell; show the first outputs instead."""
+    page.evaluate(
+        """sel => { for (const el of document.querySelectorAll(sel + ' *'))
+                        if (el.scrollTop > 0) el.scrollTop = 0; }""",
+        NOTEBOOK_PANEL,
+    )
+    page.wait_for_timeout(300)  # let the notebook repaint before the screenshot
+
+
+def screenshot(page, output_path: str, name: str) -> Path:
+    """Save to pytest-playwright's per-test output folder; mirror under <repo>/test-results/."""
+    out = Path(output_path)
+    out.mkdir(parents=True, exist_ok=True)
+    shot = out / name
+    page.screenshot(path=str(shot))
+    mirror = REPO_ROOT / "test-results" / out.name
+    if mirror.resolve() != out.resolve():
+        mirror.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(shot, mirror / name)
+    return shot
+
+
+# --------------------------------------------------------------------------------------------
+# Checks on the executed notebook
+# --------------------------------------------------------------------------------------------
+
+
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def may_error_in_release(cell) -> bool:
+    """Solution cells (stubs raise NotImplementedError) and visible test cells (they call the
+    stubs) are the only cells allowed to error in the learner release."""
+    meta = _nbgrader(cell)
+    return bool(meta.get("solution")) or (bool(meta.get("grade")) and not meta.get("solution"))
+
+
+def _errors(cell) -> list[str]:
+    return [
+        f"{o.get('ename')}: {o.get('evalue')}" for o in cell.outputs if o.output_type == "error"
+    ]
+
+
+def _label(i: int, cell) -> str:
+    meta = _nbgrader(cell)
+    first = next((ln for ln in cell.source.splitlines() if ln.strip()), "")[:60]
+    gid = f" {meta['grade_id']}" if meta.get("grade_id") else ""
+    return f"cell {i}{gid} ({first!r})"
+
+
+def _not_run(nb) -> list[str]:
+    """One line naming the code cells that never ran, and the first error before them."""
+    missing = [
+        i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.execution_count is None
+    ]
+    if not missing:
+        return []
+    first_error = next(
+        (f"{_label(i, c)}: {_errors(c)}" for i, c in enumerate(nb.cells[: missing[0]])
+         if c.cell_type == "code" and _errors(c)),
+        None,
+    )  # fmt: skip
+    why = (
+        f" Run All stopped after the error in {first_error}; JupyterLab aborts the remaining "
+        "cells unless the erroring cell is tagged 'raises-exception'."
+        if first_error
+        else ""
+    )
+    return [f"{len(missing)} code cell(s) did not run: {missing}.{why}"]
+
+
+def problems_in_release_run(nb) -> list[str]:
+    problems = _not_run(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        errors = _errors(cell)
+        if errors and not may_error_in_release(cell):
+            problems.append(
+                f"{_label(i, cell)} errored but is neither solution nor grade: {errors}"
+            )
+        if "observation" in cell.get("metadata", {}).get("tags", []):
+            if errors:
+                problems.append(f"observation {_label(i, cell)} errored: {errors}")
+            if not cell.outputs:
+                problems.append(f"observation {_label(i, cell)} has no output")
+    return problems
+
+
+def problems_in_solution_run(nb) -> list[str]:
+    problems = _not_run(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if errors := _errors(cell):
+            problems.append(f"{_label(i, cell)} errored: {errors}")
+        if "observation" in cell.get("metadata", {}).get("tags", []) and not cell.outputs:
+            problems.append(f"observation {_label(i, cell)} has no output")
+    return problems
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        msg = f"{path} does not exist yet"
+        if os.environ.get("CI"):
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    return path
+
+
+# Requested before ``lab`` and ``page`` so that a missing notebook skips before a server starts.
+@pytest.fixture
+def learner_notebook() -> Path:
+    return _require(LEARNER_NOTEBOOK)
+
+
+@pytest.fixture
+def solution_notebook() -> Path:
+    return _require(SOLUTION_NOTEBOOK)
+
+
+# --------------------------------------------------------------------------------------------
+# The real notebooks
+# --------------------------------------------------------------------------------------------
+
+
+def test_learner_release_runs_in_lab(learner_notebook, lab, page, output_path):
+    run = run_notebook_in_lab(lab, page, learner_notebook)
+    scroll_notebook_to_top(page)
+    screenshot(page, output_path, "learner-run-all.png")
+    # Validate before asserting, so that one run reports both.
+    kind, text = validate_in_lab(page)
+    screenshot(page, output_path, "learner-validate.png")
+    close_dialog(page)
+
+    assert not (problems := problems_in_release_run(run.notebook)), "\n".join(problems)
+    assert kind != "error", f"nbgrader validate failed to run:\n{text}"
+    assert "Validation Results" in text and len(text) > len("Validation Results")
+
+
+def test_solutions_run_in_lab(solution_notebook, lab, page, output_path):
+    run = run_notebook_in_lab(lab, page, solution_notebook)
+    scroll_notebook_to_top(page)
+    screenshot(page, output_path, "solutions-run-all.png")
+    kind, text = validate_in_lab(page)
+    screenshot(page, output_path, "solutions-validate.png")
+    close_dialog(page)
+
+    assert not (problems := problems_in_solution_run(run.notebook)), "\n".join(problems)
+    assert kind == "validation-success", f"the instructor source does not validate:\n{text}"
+
+
+# --------------------------------------------------------------------------------------------
+# The machinery, on a generated notebook pair
+# --------------------------------------------------------------------------------------------
+
+
+def _nbg(grade_id: str, *, solution=False, grade=False, locked=False, points=None) -> dict:
+    meta = {
+        "grade": grade,
+        "grade_id": grade_id,
+        "locked": locked,
+        "schema_version": 3,
+        "solution": solution,
+        "task": False,
+    }
+    if grade:
+        meta["points"] = points or 1
+    return {"nbgrader": meta}
+
+
+def make_sample_notebook(path: Path, *, release: bool, tag_raises: bool = True) -> Path:
+    """A tiny nbgrader-style notebook shaped like the real one (release or source).
+
+    ``tag_raises``: tag the solution and visible-test cells ``raises-exception`` (without the
+    tag, Lab's Run All stops at the first error and the observation cell never runs)."""
+    raises = {"tags": ["raises-exception"]} if tag_raises else {}
+    body = (
+        "    # YOUR CODE HERE\n    raise NotImplementedError()"
+        if release
+        else "    ### BEGIN SOLUTION\n    return sorted(set(workers))\n    ### END SOLUTION"
+    )
+    cells = [
+        new_markdown_cell("# Claims\nEach job is claimed by exactly one worker."),
+        new_code_cell(
+            'assignments = {"job-1": "w1", "job-2": "w2"}\n'
+            'print("Distinct assignments:", len(set(assignments)) == len(assignments))',
+            metadata=_nbg("setup", locked=True),
+        ),
+        new_code_cell(
+            f"def distinct_workers(workers):\n{body}",
+            metadata={**_nbg("distinct_workers", solution=True), **raises},
+        ),
+        new_code_cell(
+            'assert distinct_workers(["w2", "w1", "w2"]) == ["w1", "w2"]',
+            metadata={**_nbg("test_distinct_workers", grade=True, locked=True), **raises},
+        ),
+        new_code_cell(
+            "try:\n"
+            '    print("Workers:", distinct_workers(list(assignments.values())))\n'
+            "except NotImplementedError:\n"
+            '    print("distinct_workers is not implemented yet")',
+            metadata={**_nbg("observe_workers", locked=True), "tags": ["observation"]},
+        ),
+        new_markdown_cell("That's all."),
+    ]
+    nb = new_notebook(
+        cells=cells,
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_machinery_on_generated_notebooks(lab, page, output_path, tmp_path):
+    """Smoke test of the machinery (server, kernel wait, Run All, save, checks, Validate)."""
+    release = make_sample_notebook(tmp_path / "release" / "sample.ipynb", release=True)
+    run = run_notebook_in_lab(lab, page, release)
+    scroll_notebook_to_top(page)
+    screenshot(page, output_path, "sample-release-run-all.png")
+    assert not (problems := problems_in_release_run(run.notebook)), "\n".join(problems)
+    assert "Distinct assignments: True" in run.notebook.cells[1].outputs[0]["text"]
+    assert [o.ename for o in run.notebook.cells[3].outputs] == ["NotImplementedError"]
+    assert "not implemented yet" in run.notebook.cells[4].outputs[0]["text"]
+    kind, text = validate_in_lab(page)
+    screenshot(page, output_path, "sample-release-validate.png")
+    close_dialog(page)
+    assert kind == "validation-failed", text
+    # The checker rejects an erroring observation cell and a cell that did not run.
+    broken = nbformat.from_dict(run.notebook)
+    broken.cells[4].outputs = [
+        nbformat.v4.new_output("error", ename="NameError", evalue="x", traceback=[])
+    ]
+    broken.cells[1].execution_count = None
+    assert len(problems_in_release_run(broken)) == 3
+
+    source = make_sample_notebook(tmp_path / "source" / "sample_solution.ipynb", release=False)
+    run = run_notebook_in_lab(lab, page, source)
+    scroll_notebook_to_top(page)
+    screenshot(page, output_path, "sample-source-run-all.png")
+    assert not (problems := problems_in_solution_run(run.notebook)), "\n".join(problems)
+    assert "Workers: ['w1', 'w2']" in run.notebook.cells[4].outputs[0]["text"]
+    kind, text = validate_in_lab(page)
+    close_dialog(page)
+    assert kind == "validation-success", text

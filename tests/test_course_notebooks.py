@@ -1,0 +1,122 @@
+"""The course as an instructor receives it: solutions run, release matches, grades are trustworthy.
+
+- every solutions notebook runs top to bottom with papermill;
+- `nbgrader validate` passes on the solutions;
+- the committed learner release is exactly what nbgrader generates from the solutions (no drift),
+  with outputs stripped, and carries no solution or hidden-test text;
+- autograding gives the solutions full marks and the untouched release zero on every autograded
+  part, while the untouched release still runs to the end.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course.grading import commands
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions" / "ch12"
+RELEASE = ROOT / "notebooks" / "ch12"
+NAMES = sorted(path.name for path in SOLUTIONS.glob("*.ipynb"))
+REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
+
+pytestmark = pytest.mark.slow
+
+
+def cells_by_id(path: Path) -> dict[str, nbformat.NotebookNode]:
+    cells = nbformat.read(path, as_version=4).cells
+    return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in cells if "nbgrader" in cell.metadata}
+
+
+def test_the_course_has_its_four_notebooks():
+    assert NAMES == ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "04_checkpoint.ipynb"]
+    assert sorted(path.name for path in RELEASE.glob("*.ipynb")) == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path):
+    import papermill
+
+    folder = tmp_path / "ch12"
+    shutil.copytree(SOLUTIONS, folder)  # 04_checkpoint grades the notebooks beside it
+    papermill.execute_notebook(folder / name, tmp_path / f"run-{name}", cwd=folder, kernel_name="python3", progress_bar=False)
+
+
+def test_nbgrader_validate_passes_on_the_solutions(tmp_path):
+    folder = tmp_path / "ch12"
+    shutil.copytree(SOLUTIONS, folder)
+    validated = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "validate", *NAMES], cwd=folder, capture_output=True, text=True, timeout=600
+    )
+    report = validated.stdout + validated.stderr
+    assert validated.returncode == 0, report[-3000:]
+    assert report.count("Success! Your notebook passes all the tests.") == len(NAMES), report[-3000:]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_release_is_stripped_and_holds_no_solution_or_hidden_test(name):
+    released, source = cells_by_id(RELEASE / name), cells_by_id(SOLUTIONS / name)
+    text = (RELEASE / name).read_text()
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+    for grade_id, cell in released.items():
+        assert cell.cell_type == "markdown" or (cell.outputs == [] and cell.execution_count is None), grade_id
+        for _, hidden in REGION.findall(source[grade_id].source):
+            for line in filter(None, (line.strip() for line in hidden.splitlines())):
+                if len(line) > 12 and not line.startswith("#"):
+                    assert line not in cell.source, f"{name}/{grade_id} leaks {line!r}"
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A throwaway course root: our nbgrader settings, the solutions, a fresh release."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copy(ROOT / "nbgrader_config.py", root)
+    (root / "nbgrader_config.py").write_text(
+        "from course.grading.config import configure\n"
+        "from pathlib import Path\n"
+        "configure(c, Path(__file__).resolve().parent)\n"
+    )
+    shutil.copytree(SOLUTIONS, root / "solutions" / "ch12")
+    commands.release(root=root)
+    return root
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_release_is_what_nbgrader_generates(course, name):
+    generated, committed = course / "notebooks" / "ch12" / name, RELEASE / name
+    assert nbformat.read(generated, as_version=4) == nbformat.read(committed, as_version=4), (
+        f"notebooks/ch12/{name} has drifted from solutions/ch12/{name}: run `make release` and commit the result"
+    )
+
+
+def test_autograde_gives_solutions_full_marks_and_the_untouched_release_zero(course):
+    from nbgrader.api import Gradebook
+
+    for student, folder in (("solved", SOLUTIONS), ("untouched", RELEASE)):
+        shutil.copytree(folder, course / "submitted" / student / "ch12")
+    results = {result.student: result for result in commands.autograde(root=course)}
+    assert results["untouched"].reasons == {}, "the untouched release must run to the end (no dead kernel, no timeout)"
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for student, expect_full in (("solved", True), ("untouched", False)):
+            submission = gradebook.find_submission("ch12", student)
+            graded = [
+                (notebook.name, grade.name, grade.auto_score, grade.max_score)
+                for notebook in submission.notebooks
+                for grade in notebook.grades
+                if grade.cell_type == "code"
+            ]
+            assert graded, "no autograded parts found"
+            for notebook, part, score, maximum in graded:
+                expected = maximum if expect_full else 0
+                assert score == expected, f"{student}: {notebook}/{part} scored {score}, expected {expected}"
+    for name in NAMES:  # the untouched release ran every cell: the last cell has been executed
+        autograded = nbformat.read(course / "autograded" / "untouched" / "ch12" / name, as_version=4)
+        code = [cell for cell in autograded.cells if cell.cell_type == "code"]
+        assert code[-1].execution_count is not None, f"{name}: the untouched release stopped before its last cell"
