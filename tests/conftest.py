@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh seeded shop database, an operator policy, and an in-process supplier.
+"""Shared fixtures: a fresh seeded shop database, an operator policy, an in-process supplier, and
+a check, after every test, that no process the test started is still running.
 
 `FakeSupplier` implements `sovereign_agent.suppliers.Supplier` in memory and records every call
 in order, so a test can assert on what was (not) sent and in which order. The real HTTP supplier
@@ -7,6 +8,8 @@ in order, so a test can assert on what was (not) sent and in which order. The re
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -16,10 +19,54 @@ import pytest
 from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY, seed_lucy
 from sovereign_agent.assistant_orders import SpendingPolicy, approve, propose
 from sovereign_agent.assistant_work import Claim, claim, enqueue
+from sovereign_agent.children import alive
 from sovereign_agent.database import Database
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
 
 OPERATOR = "lucy"
+
+
+def marked_pids(marker: str | Path) -> dict[int, str]:
+    """Live processes (not zombies) whose command line mentions `marker` (a test's tmp folder)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = entry.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(marker) in command and alive(int(entry.name)):
+            found[int(entry.name)] = command[:160]
+    return found
+
+
+def assert_nothing_left(
+    marker: str | Path, pids: set[int] = frozenset(), within: float = 5.0, ignore: set[int] = frozenset()
+) -> None:
+    """Wait (bounded) for every marked or recorded process to end; kill and fail on survivors."""
+    deadline = time.monotonic() + within
+    while True:
+        left = {pid: command for pid, command in marked_pids(marker).items() if pid not in ignore}
+        left.update({pid: "recorded child" for pid in pids if alive(pid)})
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for pid in left:  # do not let one failure contaminate the next test
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes left running: {left}"
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(tmp_path_factory: pytest.TempPathFactory):
+    """Every process a test starts runs under the session's tmp folder; none may outlive the test."""
+    marker = tmp_path_factory.getbasetemp()
+    before = set(marked_pids(marker))  # e.g. a module-scoped supplier shared by several tests
+    yield
+    assert_nothing_left(marker, ignore=before)
 
 
 class Crash(BaseException):

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_nothing_left, marked_pids
 from course.checkpoint import run_checkpoint
 from sovereign_agent import assistant_orders, assistant_work
-from sovereign_agent.children import alive
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "checkpoints" / "ch12_worker_recovery_checkpoint.py"
@@ -38,37 +38,6 @@ pytestmark = [
 
 
 # --- leftovers ---------------------------------------------------------------------------------
-
-
-def marked_pids(marker: str | Path) -> dict[int, str]:
-    """Live processes (not zombies) whose command line mentions `marker`."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            command = entry.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(marker) in command and alive(int(entry.name)):
-            found[int(entry.name)] = command[:160]
-    return found
-
-
-def assert_nothing_left(marker: str | Path, pids: set[int] = frozenset(), within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while True:
-        left = marked_pids(marker)
-        left.update({pid: "recorded child" for pid in pids if alive(pid)})
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    for pid in left:  # do not let one failure contaminate the next test
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert not left, f"processes outlived the checkpoint: {left}"
 
 
 def recorded_pids(evidence: list) -> set[int]:

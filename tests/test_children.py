@@ -18,30 +18,6 @@ from sovereign_agent.children import alive, spawn, stop, wait_for_file, write_at
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc")
 
 
-def marked_pids(marker: str) -> set[int]:
-    """Running processes whose command line mentions `marker` (our temporary folder)."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker in entry.joinpath("cmdline").read_bytes().decode(errors="replace"):
-                    pids.add(int(entry.name))
-            except OSError:
-                pass
-    return {pid for pid in pids if alive(pid)}
-
-
-@pytest.fixture(autouse=True)
-def no_process_left_behind(tmp_path_factory: pytest.TempPathFactory):
-    marker = str(tmp_path_factory.getbasetemp())
-    before = marked_pids(marker)
-    yield
-    deadline = time.monotonic() + 5
-    while (left := marked_pids(marker) - before) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes left running: {left}"
 
 
 def python(code: str, *args: object) -> list[str]:

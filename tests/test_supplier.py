@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reference_organizations.store.supplier import SupplierClient, start_supplier
-from sovereign_agent.children import alive, wait_for_file
+from sovereign_agent.children import wait_for_file
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
 
 OP = "0123456789abcdef0123456789abcdef"
@@ -33,30 +33,6 @@ def proposal(**changes: object) -> dict[str, object]:
     return {**base, **changes}
 
 
-def marked_pids(marker: str) -> set[int]:
-    """Running processes whose command line mentions `marker` (our temporary folder)."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker in entry.joinpath("cmdline").read_bytes().decode(errors="replace"):
-                    pids.add(int(entry.name))
-            except OSError:
-                pass
-    return {pid for pid in pids if alive(pid)}
-
-
-@pytest.fixture(autouse=True)
-def no_process_left_behind(tmp_path_factory: pytest.TempPathFactory):
-    marker = str(tmp_path_factory.getbasetemp())
-    before = marked_pids(marker)
-    yield
-    deadline = time.monotonic() + 5
-    while (left := marked_pids(marker) - before) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"processes left running: {left}"
 
 
 @pytest.fixture
