@@ -11,6 +11,7 @@ import inspect
 import json
 import os
 import runpy
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -321,3 +322,24 @@ def test_sigkill_of_a_jupyter_kernel_mid_checkpoint_leaves_nothing_behind(tmp_pa
         if manager.is_alive():
             manager.shutdown_kernel(now=True)
         manager.cleanup_resources()
+
+
+@pytest.mark.parametrize("release", ["solutions", "notebooks"])
+def test_papermill_checkpoint_notebook_passes_on_solutions_and_explains_the_release(release, tmp_path):
+    import papermill
+
+    learner = tmp_path / "learner"
+    shutil.copytree(ROOT / release / "ch12", learner)
+    parameters = {"implementation": str(learner), "lease_seconds": 2.0, "output_dir": str(tmp_path / "output")}
+    notebook = ROOT / "checkpoints" / "ch12_worker_recovery_checkpoint.ipynb"
+    run = lambda: papermill.execute_notebook(  # noqa: E731
+        notebook, tmp_path / "run.ipynb", parameters=parameters, cwd=ROOT, kernel_name="python3", progress_bar=False
+    )
+    if release == "solutions":
+        run()
+        assert list((tmp_path / "output").glob("*/timeline.png")), "the timeline was not saved"
+    else:
+        with pytest.raises(papermill.PapermillExecutionError) as failed:
+            run()
+        assert "not implemented yet: claim" in str(failed.value)
+    assert_nothing_left(tmp_path)
