@@ -37,7 +37,7 @@ def observation(name: str) -> Iterator[None]:
     try:
         yield
     except NotImplementedError:
-        print(f"Not implemented yet: write `{name}` in the cell above, run it, then run this cell again.")
+        print(f"Not implemented yet: `{name}` still raises NotImplementedError. Write it, run its cell, then run this cell again.")
 
 
 _shops: list[tempfile.TemporaryDirectory] = []

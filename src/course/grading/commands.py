@@ -6,8 +6,11 @@ course.grading.reaper so nothing a submission starts survives its grading.
 
 import os
 import subprocess
+import sqlite3
 import sys
+import tempfile
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,6 +105,9 @@ def autograde(submitted_dir=None, force=False, root=REPO_ROOT):
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
     options = [f"--CourseDirectory.submitted_directory={submitted}"] if submitted_dir else []
     students = sorted(p.parent.name for p in submitted.glob(f"*/{ASSIGNMENT}") if p.is_dir())
+    if not students:
+        raise NbgraderError(f"no submissions found: expected {submitted}/<student>/{ASSIGNMENT}/*.ipynb")
+    _record_assignment(root)
     results = []
     for student in students:
         start = time.monotonic()
@@ -112,6 +118,22 @@ def autograde(submitted_dir=None, force=False, root=REPO_ROOT):
         results.append(result)
     print(format_table(results))
     return results
+
+
+def _record_assignment(root):
+    """Make sure the gradebook holds the assignment's source cells and hidden tests.
+
+    Autograde restores locked cells from the gradebook, which `generate_assignment` fills. On a
+    fresh clone (gradebook.db is not committed) run it into a scratch folder, so the committed
+    release in notebooks/ is left exactly as it is.
+    """
+    gradebook = root / "gradebook.db"
+    if gradebook.exists():  # plain sqlite3: opening a Gradebook would create it in this process
+        with closing(sqlite3.connect(gradebook)) as db:
+            if db.execute("SELECT 1 FROM assignment WHERE name=?", (ASSIGNMENT,)).fetchone():
+                return
+    with tempfile.TemporaryDirectory(prefix="ch12-release-") as scratch:
+        run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", f"--CourseDirectory.release_directory={scratch}")
 
 
 def _grade_student(root, student, notebooks, options, force):
