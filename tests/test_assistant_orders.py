@@ -22,6 +22,12 @@ from sovereign_agent.assistant_work import cancel, claim, finish
 from sovereign_agent.suppliers import OutcomeUnknown
 
 
+
+def approve_order(db, order, *, policy, digest_of=None, actor=OPERATOR, expires=None):
+    """The operator approves the recorded proposal of `digest_of` (default: the order itself)."""
+    digest = row(db, "assistant_orders", digest_of or order)["digest"]
+    approve(db, order, digest, actor=actor, policy=policy, expires=time.time() + 60 if expires is None else expires)
+
 def test_propose_records_a_draft_priced_from_the_catalogue(db):
     work = held_work(db)
     order = propose(db, work, "SKU-VANILLA", 6, target=SUPPLIER_IDENTITY)
@@ -108,14 +114,7 @@ def test_approval_names_the_exact_proposal_by_digest(db, policy):
     other = propose(db, work, "SKU-VANILLA", 5, target=SUPPLIER_IDENTITY)
     before = snapshot(db)
     with pytest.raises(OrderRefused, match="different proposal"):
-        approve(
-            db,
-            order,
-            row(db, "assistant_orders", other)["digest"],
-            actor=OPERATOR,
-            policy=policy,
-            expires=time.time() + 60,
-        )
+        approve_order(db, order, digest_of=other, policy=policy)
     assert snapshot(db) == before
     assert row(db, "assistant_orders", order)["status"] == "DRAFT"
     assert money(db) == (0, 0)
@@ -127,14 +126,7 @@ def test_only_operators_approve(db, policy, actor):
     order = propose(db, work, "SKU-VANILLA", 6, target=SUPPLIER_IDENTITY)
     before = snapshot(db)
     with pytest.raises(OrderRefused):
-        approve(
-            db,
-            order,
-            row(db, "assistant_orders", order)["digest"],
-            actor=actor,
-            policy=policy,
-            expires=time.time() + 60,
-        )
+        approve_order(db, order, actor=actor, policy=policy)
     assert snapshot(db) == before
 
 
@@ -143,23 +135,9 @@ def test_automatic_approval_only_below_its_threshold(db):
     work = held_work(db)
     small = propose(db, work, "SKU-VANILLA", 2, target=SUPPLIER_IDENTITY)  # 500
     large = propose(db, work, "SKU-VANILLA", 3, target=SUPPLIER_IDENTITY)  # 750
-    approve(
-        db,
-        small,
-        row(db, "assistant_orders", small)["digest"],
-        actor="automatic",
-        policy=policy,
-        expires=time.time() + 60,
-    )
+    approve_order(db, small, actor="automatic", policy=policy)
     with pytest.raises(OrderRefused):
-        approve(
-            db,
-            large,
-            row(db, "assistant_orders", large)["digest"],
-            actor="automatic",
-            policy=policy,
-            expires=time.time() + 60,
-        )
+        approve_order(db, large, actor="automatic", policy=policy)
     assert money(db) == (500, 0)
 
 
@@ -170,25 +148,11 @@ def test_the_ceiling_refuses_an_approval_and_reserves_nothing(db, policy):
     strawberry = propose(db, strawberry_work, "SKU-STRAWBERRY", 4, target=SUPPLIER_IDENTITY)  # 1100
     before = snapshot(db)
     with pytest.raises(OrderRefused, match="ceiling"):
-        approve(
-            db,
-            strawberry,
-            row(db, "assistant_orders", strawberry)["digest"],
-            actor=OPERATOR,
-            policy=policy,
-            expires=time.time() + 60,
-        )
+        approve_order(db, strawberry, policy=policy)
     assert snapshot(db) == before
     assert money(db) == (1500, 0)
     smaller = propose(db, strawberry_work, "SKU-STRAWBERRY", 3, target=SUPPLIER_IDENTITY)  # 825: 2325 fits
-    approve(
-        db,
-        smaller,
-        row(db, "assistant_orders", smaller)["digest"],
-        actor=OPERATOR,
-        policy=policy,
-        expires=time.time() + 60,
-    )
+    approve_order(db, smaller, policy=policy)
     assert money(db) == (2325, 0)
 
 
@@ -221,14 +185,7 @@ def test_approving_twice_reserves_once(db, policy):
     work = held_work(db)
     order = approved_vanilla(db, policy, work)
     with pytest.raises(OrderRefused):
-        approve(
-            db,
-            order,
-            row(db, "assistant_orders", order)["digest"],
-            actor=OPERATOR,
-            policy=policy,
-            expires=time.time() + 60,
-        )
+        approve_order(db, order, policy=policy)
     assert money(db) == (1500, 0)
 
 

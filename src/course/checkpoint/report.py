@@ -7,8 +7,8 @@ import json
 from course.checkpoint.evidence import CaseEvidence
 
 
-def case_line(case: CaseEvidence) -> str:
-    verdict = "PASS" if case.passed else "FAIL"
+def case_facts(case: CaseEvidence) -> list[str]:
+    """The counted facts of one case, in the order a reader checks them."""
     facts = []
     if case.worker_exit is not None:
         facts.append(f"old worker exit {case.worker_exit}" + (f" ({case.worker_signal})" if case.worker_signal else ""))
@@ -20,6 +20,12 @@ def case_line(case: CaseEvidence) -> str:
         facts.append(f"model calls {case.model_calls}")
     if case.stale_attempts:
         facts.append(f"stale writes refused {len(case.refused_boundaries)}/{len(case.stale_attempts)}")
+    return facts
+
+
+def case_line(case: CaseEvidence) -> str:
+    verdict = "PASS" if case.passed else "FAIL"
+    facts = case_facts(case)
     if case.lease_waited_seconds is not None:
         facts.append(f"lease waited {case.lease_waited_seconds:.2f} s")
     if case.wall_seconds is not None:

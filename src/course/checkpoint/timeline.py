@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from course.checkpoint.report import case_facts
+
 LANES = {"old worker": 2, "replacement": 1, "supplier": 0}
 COLOURS = {"old worker": "#c0504d", "replacement": "#4f81bd", "supplier": "#9bbb59"}
 SIGNAL_MARKERS = {"kill": ("X", "SIGKILL"), "pause": ("s", "SIGSTOP"), "resume": ("^", "SIGCONT")}
@@ -70,14 +72,7 @@ def _panel(ax: Any, case: Any) -> None:
         return at - origin
 
     verdict = "PASS" if case.passed else "FAIL"
-    facts = [f"old worker exit {case.worker_exit}" + (f" ({case.worker_signal})" if case.worker_signal else "")]
-    if case.generation is not None:
-        facts.append(f"generation {case.generation} {case.work_status}")
-    if case.supplier_orders is not None:
-        facts.append(f"supplier orders {case.supplier_orders} (POST {case.supplier_posts}, GET {case.supplier_gets})")
-    if case.model_calls is not None:
-        facts.append(f"model calls {case.model_calls}")
-    title = f"{case.case} - {case.title}: {verdict}\n" + ", ".join(facts)
+    title = f"{case.case} - {case.title}: {verdict}\n" + "; ".join(case_facts(case))
     if case.failures:
         title += "\n" + case.failures[0][:150]
     ax.set_title(title, loc="left", fontsize=9, color="black" if case.passed else "#b00000")
