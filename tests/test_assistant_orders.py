@@ -22,7 +22,6 @@ from sovereign_agent.assistant_work import cancel, claim, finish
 from sovereign_agent.suppliers import OutcomeUnknown
 
 
-
 def approve_order(db, order, *, policy, digest_of=None, actor=OPERATOR, expires=None):
     """The operator approves the recorded proposal of `digest_of` (default: the order itself)."""
     digest = row(db, "assistant_orders", digest_of or order)["digest"]

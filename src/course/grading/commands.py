@@ -5,8 +5,8 @@ course.grading.reaper so nothing a submission starts survives its grading.
 """
 
 import os
-import subprocess
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
