@@ -60,6 +60,16 @@ def assert_nothing_left(
     assert not left, f"processes left running: {left}"
 
 
+def nbgrader_metadata(grade_id: str, *, grade=False, solution=False, locked=False, points=None) -> dict:
+    """Cell metadata for a toy nbgrader notebook (schema 3); graded cells get `points` (default 1)."""
+    meta = {
+        "grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3, "solution": solution, "task": False,
+    }
+    if grade:
+        meta["points"] = 1 if points is None else points
+    return {"nbgrader": meta}
+
+
 @pytest.fixture(autouse=True)
 def no_process_left_behind(tmp_path_factory: pytest.TempPathFactory):
     """Every process a test starts runs under the session's tmp folder; none may outlive the test."""

@@ -14,6 +14,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from conftest import nbgrader_metadata
 from course.grading import commands
 from course.grading.feedback import HideHiddenTests
 
@@ -49,20 +50,6 @@ STUDENTS = {
 }
 
 
-def nbgrader_meta(grade_id, grade=False, solution=False, locked=False, points=None):
-    meta = {
-        "grade": grade,
-        "grade_id": grade_id,
-        "locked": locked,
-        "schema_version": 3,
-        "solution": solution,
-        "task": False,
-    }
-    if points is not None:
-        meta["points"] = points
-    return {"nbgrader": meta}
-
-
 def build_course(root):
     """A ch12 course with one notebook: solution, visible test, hidden test, written answer."""
     (root / "solutions" / commands.ASSIGNMENT).mkdir(parents=True)
@@ -71,11 +58,11 @@ def build_course(root):
     )
     nb = new_notebook(
         cells=[
-            new_code_cell(SOLUTION, metadata=nbgrader_meta("double", solution=True)),
-            new_code_cell(VISIBLE, metadata=nbgrader_meta("visible", True, locked=True, points=1)),
-            new_code_cell(HIDDEN, metadata=nbgrader_meta("hidden", True, locked=True, points=2)),
+            new_code_cell(SOLUTION, metadata=nbgrader_metadata("double", solution=True)),
+            new_code_cell(VISIBLE, metadata=nbgrader_metadata("visible", grade=True, locked=True, points=1)),
+            new_code_cell(HIDDEN, metadata=nbgrader_metadata("hidden", grade=True, locked=True, points=2)),
             new_markdown_cell("Why must doubling keep zero at zero?"),
-            new_markdown_cell("YOUR ANSWER HERE", metadata=nbgrader_meta("why", True, solution=True, points=1)),
+            new_markdown_cell("YOUR ANSWER HERE", metadata=nbgrader_metadata("why", grade=True, solution=True, points=1)),
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )

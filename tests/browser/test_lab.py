@@ -38,6 +38,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from conftest import nbgrader_metadata
+
 from .conftest import REPO_ROOT, LabServer
 
 pytestmark = pytest.mark.browser
@@ -386,20 +388,6 @@ def test_solutions_run_in_lab(solution_notebook, lab, page, output_path):
 # --------------------------------------------------------------------------------------------
 
 
-def _nbg(grade_id: str, *, solution=False, grade=False, locked=False, points=None) -> dict:
-    meta = {
-        "grade": grade,
-        "grade_id": grade_id,
-        "locked": locked,
-        "schema_version": 3,
-        "solution": solution,
-        "task": False,
-    }
-    if grade:
-        meta["points"] = points or 1
-    return {"nbgrader": meta}
-
-
 def make_sample_notebook(path: Path, *, release: bool, tag_raises: bool = True) -> Path:
     """A tiny nbgrader-style notebook shaped like the real one (release or source).
 
@@ -416,22 +404,22 @@ def make_sample_notebook(path: Path, *, release: bool, tag_raises: bool = True) 
         new_code_cell(
             'assignments = {"job-1": "w1", "job-2": "w2"}\n'
             'print("Distinct assignments:", len(set(assignments)) == len(assignments))',
-            metadata=_nbg("setup", locked=True),
+            metadata=nbgrader_metadata("setup", locked=True),
         ),
         new_code_cell(
             f"def distinct_workers(workers):\n{body}",
-            metadata={**_nbg("distinct_workers", solution=True), **raises},
+            metadata={**nbgrader_metadata("distinct_workers", solution=True), **raises},
         ),
         new_code_cell(
             'assert distinct_workers(["w2", "w1", "w2"]) == ["w1", "w2"]',
-            metadata={**_nbg("test_distinct_workers", grade=True, locked=True), **raises},
+            metadata={**nbgrader_metadata("test_distinct_workers", grade=True, locked=True), **raises},
         ),
         new_code_cell(
             "try:\n"
             '    print("Workers:", distinct_workers(list(assignments.values())))\n'
             "except NotImplementedError:\n"
             '    print("distinct_workers is not implemented yet")',
-            metadata={**_nbg("observe_workers", locked=True), "tags": ["observation"]},
+            metadata={**nbgrader_metadata("observe_workers", locked=True), "tags": ["observation"]},
         ),
         new_markdown_cell("That's all."),
     ]

@@ -49,7 +49,7 @@ def draw_timeline(evidence: Iterable[Any], path: str | Path | None = None, *, sh
     axes = figure.subplots(len(cases), 1, squeeze=False)[:, 0]
     for ax, case in zip(axes, cases, strict=True):
         _panel(ax, case)
-    axes[-1].set_xlabel("seconds since the case's claim (wall clock)")
+    axes[-1].set_xlabel("seconds since the parent told the old worker to claim (wall clock)")
     png = io.BytesIO()
     figure.savefig(png, format="png", dpi=110)
     if path is not None:
