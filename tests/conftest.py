@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY, seed_lucy
-from sovereign_agent.assistant_orders import SpendingPolicy, approve, propose
+from sovereign_agent.assistant_orders import SpendingPolicy, approve, execute, propose
 from sovereign_agent.assistant_work import Claim, claim, enqueue
 from sovereign_agent.children import alive
 from sovereign_agent.database import Database
@@ -215,4 +215,14 @@ def approved_vanilla(db: Database, policy: SpendingPolicy, work: Claim, quantity
     order = propose(db, work, "SKU-VANILLA", quantity, target=SUPPLIER_IDENTITY)
     digest = row(db, "assistant_orders", order)["digest"]
     approve(db, order, digest, actor=OPERATOR, policy=policy, expires=time.time() + 3600)
+    return order
+
+
+def died_while_sending(db: Database, policy: SpendingPolicy, supplier: FakeSupplier, work: Claim) -> str:
+    """An approved vanilla order, admitted (SENDING), whose worker died before the request left."""
+    order = approved_vanilla(db, policy, work)
+    supplier.crash_on_order = True
+    with pytest.raises(Crash):
+        execute(db, work, order, supplier, policy=policy)
+    supplier.crash_on_order = False
     return order

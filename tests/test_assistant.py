@@ -13,7 +13,17 @@ import time
 
 import pytest
 
-from conftest import OPERATOR, Crash, FakeSupplier, RaisingModel, approved_vanilla, count, held_work, money, row
+from conftest import (
+    OPERATOR,
+    FakeSupplier,
+    RaisingModel,
+    approved_vanilla,
+    count,
+    died_while_sending,
+    held_work,
+    money,
+    row,
+)
 from reference_organizations.store.agent import OfflineShopModel
 from reference_organizations.store.assistant import lease_seconds, reconcile_once, run_once
 from sovereign_agent.agent_loop import Limits
@@ -116,11 +126,7 @@ def test_a_lost_response_is_discovered_not_resent(db, policy, supplier):
 
 def test_uncertain_orders_are_reconciled_before_ordinary_work(db, policy, supplier):
     work = held_work(db, origin="o1", session="s1")
-    order = approved_vanilla(db, policy, work)
-    supplier.crash_on_order = True
-    with pytest.raises(Crash):
-        execute(db, work, order, supplier, policy=policy)
-    supplier.crash_on_order = False
+    order = died_while_sending(db, policy, supplier, work)
     expire_lease(db, work.id)
     ordinary = enqueue(db, "o2", "s2", "Explain the draft")
     first = run_once(db, RaisingModel(), policy=policy, supplier=supplier)
@@ -148,11 +154,7 @@ def test_cancellation_discovers_an_accepted_order_without_ordering_again(db, pol
 
 def test_a_cancelled_order_the_supplier_never_saw_is_not_sent_and_does_not_starve_other_work(db, policy, supplier):
     work = held_work(db, origin="o1", session="s1")
-    order = approved_vanilla(db, policy, work)
-    supplier.crash_on_order = True
-    with pytest.raises(Crash):
-        execute(db, work, order, supplier, policy=policy)
-    supplier.crash_on_order = False
+    order = died_while_sending(db, policy, supplier, work)
     cancel(db, work.id)
     ordinary = enqueue(db, "o2", "s2", "Explain the draft")
     first = run_once(db, OfflineShopModel(), policy=policy, supplier=supplier)

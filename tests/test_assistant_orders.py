@@ -7,7 +7,17 @@ import time
 
 import pytest
 
-from conftest import OPERATOR, Crash, FakeSupplier, approved_vanilla, count, held_work, money, row, snapshot
+from conftest import (
+    OPERATOR,
+    FakeSupplier,
+    approved_vanilla,
+    count,
+    died_while_sending,
+    held_work,
+    money,
+    row,
+    snapshot,
+)
 from reference_organizations.store.agent import SUPPLIER_IDENTITY
 from sovereign_agent.assistant_orders import (
     OrderRefused,
@@ -356,12 +366,8 @@ def test_an_order_the_supplier_never_saw_is_resent_with_the_same_operation(db, p
 
 def test_a_sending_order_left_by_a_dead_worker_is_looked_up_by_its_replacement(db, policy, supplier):
     work = held_work(db)
-    order = approved_vanilla(db, policy, work)
-    supplier.crash_on_order = True
-    with pytest.raises(Crash):  # admitted (SENDING), then the worker died before the request left
-        execute(db, work, order, supplier, policy=policy)
+    order = died_while_sending(db, policy, supplier, work)
     assert row(db, "assistant_orders", order)["status"] == "SENDING"
-    supplier.crash_on_order = False
     # Injected time selects the expired holding; the new lease is live on the real clock too.
     replacement = claim(db, "replacement", now=time.time() + 61, ttl=120)
     assert (replacement.id, replacement.generation) == (work.id, 2)

@@ -336,6 +336,18 @@ def _replace(stage: Stage, owner: str) -> None:
     """The replacement: the real run_once, with a model that fails if asked."""
     evidence = stage.evidence
     model = NoNewReasoning()
+    outcome, began, ended = _worker_pass(stage, model, owner)
+    evidence.model_calls = model.calls
+    evidence.replacement = _jsonable(outcome) | {"owner": owner, "began": began, "ended": ended}
+    evidence.mark("replacement", "run_once", began)
+    evidence.leases.append({
+        "lane": "replacement", "generation": outcome.get("generation"), "owner": owner,
+        "start": began, "end": ended, "kind": "pass",
+    })
+
+
+def _worker_pass(stage: Stage, model: Any, owner: str) -> tuple[dict[str, Any], float, float]:
+    """One real run_once in the parent; a failure becomes the outcome's "error", not a crash."""
     began = time.time()
     try:
         outcome = run_once(
@@ -348,14 +360,7 @@ def _replace(stage: Stage, owner: str) -> None:
         outcome = {"error": str(asked)}
     except Exception as error:
         outcome = {"error": f"{type(error).__name__}: {error}"}
-    ended = time.time()
-    evidence.model_calls = model.calls
-    evidence.replacement = _jsonable(outcome) | {"owner": owner, "began": began, "ended": ended}
-    evidence.mark("replacement", "run_once", began)
-    evidence.leases.append({
-        "lane": "replacement", "generation": outcome.get("generation"), "owner": owner,
-        "start": began, "end": ended, "kind": "pass",
-    })
+    return outcome, began, time.time()
 
 
 def _stale_writes(stage: Stage) -> None:
@@ -435,18 +440,9 @@ def _accepted_then_crash(stage: Stage) -> None:
     # A second pass may take the later assignment; new work may reason, so it gets a real model
     # whose calls are counted separately from the recovery's.
     model = CountingModel(OfflineShopModel())
-    began = time.time()
-    try:
-        outcome = run_once(
-            stage.db, model, owner=REPLACEMENT, supplier=stage.supplier.client(timeout=SUPPLIER_TIMEOUT),
-            policy=stage.policy, ownership=stage.setting.ownership,
-        )
-    except NotImplementedYet:
-        raise
-    except Exception as error:
-        outcome = {"error": f"{type(error).__name__}: {error}"}
+    outcome, began, ended = _worker_pass(stage, model, REPLACEMENT)
     evidence.later_work = {"id": later, "pass": _jsonable(outcome), "model_calls": model.calls,
-                           "began": began, "ended": time.time()}
+                           "began": began, "ended": ended}
     evidence.mark("replacement", "second pass (later work)", began)
 
 
