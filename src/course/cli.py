@@ -99,11 +99,18 @@ def release() -> None:
 @main.command()
 @click.option("--submitted", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Folder of submissions (default: ./submitted).")
-def autograde(submitted: Path | None) -> None:
-    """Autograde every submission; a broken one cannot stop the rest of the class."""
+@click.option("--no-sandbox", is_flag=True,
+              help="Grade without isolating learner code (bubblewrap). Every report line will say UNSANDBOXED.")
+@click.option("--force", is_flag=True, help="Regrade submissions that were graded before.")
+def autograde(submitted: Path | None, no_sandbox: bool, force: bool) -> None:
+    """Autograde every submission, each in its own sandbox; print and save (grading-report.csv) a report."""
     from course.grading import commands
+    from course.grading.sandbox import SandboxUnavailable
 
-    commands.autograde(submitted)
+    try:
+        commands.autograde(submitted, force=force, sandbox=not no_sandbox)
+    except (SandboxUnavailable, commands.NbgraderError) as error:
+        raise click.ClickException(str(error)) from None
 
 
 @main.command()

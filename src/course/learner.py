@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import types
 import uuid
@@ -31,6 +32,7 @@ from typing import Any
 from sovereign_agent.ownership import REFERENCE, Ownership
 
 REFERENCE_NAME = "reference"
+RELEASE_VARIABLE = "COURSE_RELEASE"  # set by the grader: the release folder holding trusted setup cells
 
 # notebook -> graded cells (grade_id) in the order they are executed, and the name each defines.
 GRADED_CELLS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -89,13 +91,16 @@ def learner_cells(folder: str | Path) -> list[LearnerCell]:
             raise LearnerCodeError(f"missing notebook: {path} (expected {', '.join(GRADED_CELLS)})")
         wanted = {grade_id for grade_id, _ in graded}
         found: set[str] = set()
+        trusted = _trusted_setup(notebook)
+        cells.extend(LearnerCell(notebook, "setup", source) for source in trusted or [])
         for cell in _read_cells(path):
             if cell.get("cell_type") != "code":
                 continue
             metadata = cell.get("metadata", {})
             grade_id = metadata.get("nbgrader", {}).get("grade_id")
             if "setup" in metadata.get("tags", []):
-                cells.append(LearnerCell(notebook, "setup", _text(cell.get("source", ""))))
+                if trusted is None:
+                    cells.append(LearnerCell(notebook, "setup", _text(cell.get("source", ""))))
             elif grade_id in wanted:
                 if grade_id in found:
                     raise LearnerCodeError(f"{path} has two cells with grade_id {grade_id!r}")
@@ -107,6 +112,17 @@ def learner_cells(folder: str | Path) -> list[LearnerCell]:
                 "restore the cell (or fetch a fresh copy of the notebook) and keep your code in it"
             )
     return cells
+
+
+def _trusted_setup(notebook: str) -> list[str] | None:
+    """While grading, `setup` cells come from the release (COURSE_RELEASE), not the submission:
+    a submission may have edited them, and they run before the learner's functions."""
+    release = os.environ.get(RELEASE_VARIABLE)
+    if not release:
+        return None
+    cells = _read_cells(Path(release) / notebook)
+    return [_text(c.get("source", "")) for c in cells
+            if c.get("cell_type") == "code" and "setup" in c.get("metadata", {}).get("tags", [])]
 
 
 def _read_cells(path: Path) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ course.grading.reaper so nothing a submission starts survives its grading.
 """
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+
+from course.grading import integrity_report as integrity
+from course.grading.sandbox import NO_SANDBOX_VARIABLE, ensure_available
 
 ASSIGNMENT = "ch12"
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -37,14 +41,18 @@ class StudentResult:
     # (time limit, dead kernel), mapped to why.
     reasons: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    findings: dict[str, int] = field(default_factory=dict)  # integrity.findings: what the grader saw
+    sandboxed: bool = True
 
 
-def run_nbgrader(root, *args, check=True):
+def run_nbgrader(root, *args, check=True, sandbox=True):
     """Run `nbgrader ARGS` under the reaper in `root`; return the CompletedProcess.
 
     The venv's bin goes first on PATH: nbgrader calls `alembic` by name to create the gradebook.
+    `sandbox=False` is the instructor's explicit --no-sandbox.
     """
     env = dict(os.environ)
+    env[NO_SANDBOX_VARIABLE] = "" if sandbox else "1"
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     cmd = [sys.executable, "-m", "course.grading.reaper", sys.executable, "-m", "nbgrader", *args]
     proc = subprocess.run(cmd, check=False, cwd=root, env=env, capture_output=True, text=True)
@@ -94,30 +102,60 @@ def export_grades(path="grades.csv", root=REPO_ROOT):
     return path
 
 
-def autograde(submitted_dir=None, force=False, root=REPO_ROOT):
+def autograde(submitted_dir=None, force=False, root=REPO_ROOT, sandbox=True, report="grading-report.csv"):
     """Autograde every student in submitted/ (or `submitted_dir`), one at a time.
 
-    Returns a StudentResult per student and prints a table. A student whose submission loops,
-    kills its kernel or leaves processes behind costs only their own affected parts. `force`
-    regrades submissions nbgrader has graded before (otherwise it skips unchanged ones).
+    Each student is graded from a scratch copy of their folder, learner code runs in that
+    student's sandbox (course.grading.sandbox), and the gradebook must still match the release
+    before anything is recorded. Returns a StudentResult per student, prints one report line per
+    student and writes them to `report` (CSV, relative to `root`). `force` regrades submissions
+    nbgrader has graded before. `sandbox=False` grades without isolation: every line says so.
     """
     root = Path(root).resolve()
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
-    options = [f"--CourseDirectory.submitted_directory={submitted}"] if submitted_dir else []
     students = sorted(p.parent.name for p in submitted.glob(f"*/{ASSIGNMENT}") if p.is_dir())
     if not students:
         raise NbgraderError(f"no submissions found: expected {submitted}/<student>/{ASSIGNMENT}/*.ipynb")
+    if sandbox:
+        ensure_available()
     _record_assignment(root)
+    check_gradebook(root)
     results = []
     for student in students:
         start = time.monotonic()
-        notebooks = sorted(p.stem for p in (submitted / student / ASSIGNMENT).glob("*.ipynb"))
-        failures = _grade_student(root, student, notebooks, options, force)
+        with tempfile.TemporaryDirectory(prefix="ch12-submitted-") as scratch:
+            shutil.copytree(submitted / student, Path(scratch) / student, symlinks=False)
+            options = [f"--CourseDirectory.submitted_directory={scratch}"]
+            notebooks = sorted(p.stem for p in (Path(scratch) / student / ASSIGNMENT).glob("*.ipynb"))
+            failures = _grade_student(root, student, notebooks, options, force, sandbox)
         result = _read_result(root, student, failures)
+        result.findings = integrity.findings(root / "autograded" / student / ASSIGNMENT)
+        result.sandboxed = sandbox
         result.seconds = round(time.monotonic() - start, 1)
         results.append(result)
-    print(format_table(results))
+    lines = integrity.report_lines(results)
+    print("\n".join(lines))
+    integrity.write_report(root / report, results)
     return results
+
+
+def check_gradebook(root):
+    """Refuse to grade (before any student) if the gradebook's assignment differs from the release."""
+    from nbgrader.api import Gradebook
+
+    from course.grading.protect import gradebook_problems
+
+    release = root / "notebooks" / ASSIGNMENT
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        problems = [
+            problem
+            for path in sorted(release.glob("*.ipynb"))
+            for problem in gradebook_problems(gb, ASSIGNMENT, path.stem, release, root / "solutions" / ASSIGNMENT)
+        ]
+    if problems:
+        raise NbgraderError(
+            f"the gradebook's copy of {ASSIGNMENT} does not match the release ({'; '.join(problems[:3])}), so no grade "
+            f"was recorded. Re-create it with `nbgrader generate_assignment {ASSIGNMENT} --force` and grade again.")
 
 
 def _record_assignment(root):
@@ -136,21 +174,21 @@ def _record_assignment(root):
         run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", f"--CourseDirectory.release_directory={scratch}")
 
 
-def _grade_student(root, student, notebooks, options, force):
+def _grade_student(root, student, notebooks, options, force, sandbox=True):
     """Autograde one student; return {notebook: why nbgrader could not grade it}.
 
     On a failure nbgrader deletes the student's whole autograded folder and skips the remaining
     notebooks, so grade notebook by notebook to keep the rest and pin the failure down.
     """
     args = ["autograde", ASSIGNMENT, "--student", student, *options]
-    proc = run_nbgrader(root, *args, *(["--force"] if force else []), check=False)
+    proc = run_nbgrader(root, *args, *(["--force"] if force else []), check=False, sandbox=sandbox)
     if proc.returncode == 0:
         return {}
     if len(notebooks) <= 1:  # nothing else to save: the failure is that notebook's (or all)
         return {name: _failure_reason(proc.stderr) for name in notebooks or ["*"]}
     failures = {}
     for notebook in notebooks:
-        proc = run_nbgrader(root, *args, "--notebook", notebook, "--force", check=False)
+        proc = run_nbgrader(root, *args, "--notebook", notebook, "--force", check=False, sandbox=sandbox)
         if proc.returncode:
             failures[notebook] = _failure_reason(proc.stderr)
     return failures
@@ -162,17 +200,23 @@ def _failure_reason(log):
         return "the kernel died (killed or crashed) while running this notebook"
     if "CellTimeoutError" in log or "UnresponsiveKernelError" in log:
         return "a cell ran past the time limit and did not stop when interrupted"
+    mismatch = [line for line in log.splitlines() if "GradebookMismatch" in line]
+    if mismatch:
+        return mismatch[-1].split("GradebookMismatch:", 1)[-1].strip()
     errors = [line for line in log.splitlines() if "| ERROR]" in line]
     return errors[0].split("]", 1)[1].strip() if errors else "nbgrader failed"
 
 
 def _timeout_reason(path):
-    """The time-limit problem recorded in an autograded notebook, or None."""
+    """Why the kernel did not finish this notebook, as recorded in the autograded notebook, or None."""
     nb = nbformat.read(path, as_version=4)
     for index, cell in enumerate(nb.cells):
-        if any(o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
-            label = cell.metadata.get("nbgrader", {}).get("grade_id", f"#{index + 1}")
-            return f"cell {label!r} ran past the time limit and was interrupted"
+        label = cell.metadata.get("nbgrader", {}).get("grade_id", f"#{index + 1}")
+        for output in cell.get("outputs", []):
+            if output.get("ename") == "DeadKernelError":
+                return f"the kernel died (killed or crashed) while running cell {label!r}"
+            if output.get("ename") == "CellTimeoutError" or "past the time limit" in str(output.get("evalue", "")):
+                return f"cell {label!r} ran past the time limit and was interrupted"
     return None
 
 
@@ -203,13 +247,3 @@ def _read_result(root, student, failures):
                     reasons[f"{notebook.name}/{grade.name}"] = why
         gb.db.commit()
         return StudentResult(student, submission.score, submission.max_score, reasons)
-
-
-def format_table(results):
-    """A short fixed-width table: student, score, and why parts scored 0."""
-    width = max([len("student"), *(len(r.student) for r in results)])
-    lines = [f"{'student':<{width}}  {'score':>9}  {'secs':>5}  zero because"]
-    for r in results:
-        why = "; ".join(f"{part}: {text}" for part, text in r.reasons.items())
-        lines.append(f"{r.student:<{width}}  {r.score:>4g}/{r.max_score:<4g}  {r.seconds:>5}  {why}")
-    return "\n".join(lines)

@@ -2,10 +2,16 @@
 
 from pathlib import Path
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import GetGrades
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (
+    AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades,
+    IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades,
+)
 
 from course.grading.feedback import HideHiddenTests
+from course.grading.protect import (
+    DecideOutsideKernel, SandboxedExecute, StartChecks, StripHiddenTests, VerifyGradebook,
+)
 
 ASSIGNMENT = "ch12"
 
@@ -32,8 +38,18 @@ def configure(c, root):
         "*.db",
         "*.authority",
     ]
-    # The chapter's notebooks start real worker subprocesses and wait for leases.
-    c.Execute.timeout = 120
+    # Autograde (see course.grading.protect): hidden tests never reach the learner's kernel, the
+    # kernel runs in the student's sandbox, and each graded cell is decided by its own checker.
+    c.OverwriteCells.add_missing_cells = True  # a deleted test cell is restored, and graded
+    c.Autograde.sanitize_preprocessors = [
+        ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, StripHiddenTests, CheckCellMetadata,
+    ]
+    c.Autograde.autograde_preprocessors = [
+        StartChecks, SandboxedExecute, DecideOutsideKernel, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+        VerifyGradebook, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+    ]
+    c.Execute.timeout = 120  # the chapter's notebooks start real processes and wait for leases
     c.Execute.interrupt_on_timeout = True
+    c.StartChecks.timeout = 60  # one check; the checkpoint's (04) take about 10 s
     # Feedback HTML is rendered from the autograded notebook, which holds the hidden tests.
     c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]

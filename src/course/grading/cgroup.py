@@ -1,0 +1,99 @@
+"""A control group per sandbox: the bound on processes (and total memory) that holds for root too.
+
+RLIMIT_NPROC bounds the tasks of an ordinary user inside a user namespace, but not of root: when
+the grader runs as root (CI, a container, a teaching server) a fork bomb would only stop at the
+machine's limit. Where the cgroup file system is writable (root on most Linux machines) each
+sandbox gets its own group with `pids.max` and a memory ceiling; the sandbox's first process
+joins it before it execs bwrap, so everything it starts is counted; it also gets at most one
+CPU core, so a submission that spins cannot starve the grading of the others. Elsewhere `Cgroup.create`
+returns None and the rlimits are the bound.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+CPU_PERIOD = 100_000  # microseconds; the quota is one period: at most one core per sandbox
+
+
+class Cgroup:
+    """One group (cgroup v2) or one group per controller (v1: pids, memory)."""
+
+    def __init__(self, folders: list[Path]) -> None:
+        self.folders = folders
+
+    @classmethod
+    def create(cls, tasks: int, memory_bytes: int) -> Cgroup | None:
+        name = f"course-grading-{uuid.uuid4().hex[:12]}"
+        try:
+            if (ROOT / "cgroup.controllers").exists():  # v2: one tree
+                folder = ROOT / name
+                folder.mkdir()
+                group = cls([folder])
+                _write(folder / "pids.max", tasks)
+                if (folder / "memory.max").exists():
+                    _write(folder / "memory.max", memory_bytes)
+                if (folder / "cpu.max").exists():
+                    _write(folder / "cpu.max", f"{CPU_PERIOD} {CPU_PERIOD}")
+                return group
+            pids = ROOT / "pids" / name
+            pids.mkdir()
+            group = cls([pids])
+            _write(pids / "pids.max", tasks)
+            memory = ROOT / "memory" / name
+            try:
+                memory.mkdir()
+                group.folders.append(memory)
+                _write(memory / "memory.limit_in_bytes", memory_bytes)
+            except OSError:
+                pass  # the pids bound is the one that matters for a fork bomb
+            cpu = ROOT / "cpu" / name
+            try:
+                cpu.mkdir()
+                group.folders.append(cpu)
+                _write(cpu / "cpu.cfs_period_us", CPU_PERIOD)
+                _write(cpu / "cpu.cfs_quota_us", CPU_PERIOD)
+            except OSError:
+                pass
+            return group
+        except OSError:
+            if "group" in locals():
+                group.remove()
+            return None
+
+    def join_command(self) -> list[str]:
+        """`sh` joins every group with its own pid, then execs the rest of the command line."""
+        joins = " && ".join(f"echo $$ > {folder / 'cgroup.procs'}" for folder in self.folders)
+        return ["/bin/sh", "-c", f'{joins} && exec "$@"', "sandbox"]
+
+    def remove(self, within: float = 10.0) -> None:
+        """Remove the groups once their processes are gone (bounded wait; SIGKILL stragglers)."""
+        deadline = time.monotonic() + within
+        for folder in self.folders:
+            while folder.exists():
+                for pid in _members(folder):
+                    try:
+                        os.kill(pid, 9)
+                    except ProcessLookupError:
+                        pass
+                try:
+                    folder.rmdir()
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+
+
+def _members(folder: Path) -> list[int]:
+    try:
+        return [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def _write(path: Path, value: int | str) -> None:
+    path.write_text(str(value))

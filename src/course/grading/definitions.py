@@ -1,0 +1,85 @@
+"""Keep what a cell defines, drop what it does.
+
+A graded check is run against the learner's *definitions* (imports, functions, classes, constant
+assignments), never against their top-level statements: an experiment, a print or a hook
+installed at the top of a cell is not part of the answer, and must not run where points are
+decided. Definitions still run code (decorators, default values, class bodies), which is why the
+checker runs in the sandbox and verifies its own helpers afterwards.
+"""
+
+from __future__ import annotations
+
+import ast
+
+DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def definitions_only(source: str) -> str:
+    """The definitions of a cell's source, as source; '' when the cell does not parse.
+
+    IPython syntax (`%magic`, `!shell`) makes a cell unparsable as Python: such a cell
+    contributes nothing, as it would not import in a module either.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ""
+    kept = [node for node in tree.body if is_definition(node)]
+    return ast.unparse(ast.Module(body=kept, type_ignores=[])) if kept else ""
+
+
+def is_definition(node: ast.stmt) -> bool:
+    if isinstance(node, DEFINITIONS):
+        return True
+    if isinstance(node, ast.Assign):
+        return all(isinstance(t, ast.Name) for t in node.targets) and is_constant(node.value)
+    if isinstance(node, ast.AnnAssign):
+        return isinstance(node.target, ast.Name) and (node.value is None or is_constant(node.value))
+    return False
+
+
+def is_constant(node: ast.expr) -> bool:
+    """A literal (numbers, strings, tuples, lists, dicts, sets of literals, frozenset())."""
+    try:
+        ast.literal_eval(node)
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def bound_names(source: str) -> set[str]:
+    """Top-level names a cell binds (what the course's own cells define)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def straight_line_calls(source: str, function: str) -> int:
+    """How many `function(...)` calls a cell makes for certain: top-level statements only.
+
+    The checker compares this with the calls its own helper saw; fewer means the helper was
+    bypassed while the check ran.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return 0
+    count = 0
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+            if isinstance(call.func, ast.Name) and call.func.id == function:
+                count += 1
+    return count

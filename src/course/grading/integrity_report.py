@@ -1,0 +1,83 @@
+"""One line per student that an instructor can act on, read from the autograded notebooks.
+
+What grading observed, counted per student: time limits, a dead kernel, writes the sandbox
+refused, the output, process, memory and disk bounds, and "tampering detected" from the
+checker. The same facts go to the console and to a CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import nbformat
+
+# finding -> (what in an output shows it, how the report says it)
+SIGNS = {
+    "timeouts": (("CellTimeoutError", "CheckTimeout", "past the time limit"), "ran past the time limit"),
+    "kernel_lost": (("the kernel stopped answering properly", "DeadKernelError"), "broke its own kernel"),
+    "sandbox_denials": (("Read-only file system", "Permission denied"), "tried to write outside its scratch folder"),
+    "output_limit": (("[output limit reached",), "printed without end (output cut off)"),
+    "process_limit": (("Resource temporarily unavailable", "can't start new thread", "BlockingIOError"),
+                      "hit the process limit"),
+    "memory_limit": (("MemoryError", "Cannot allocate memory"), "hit the memory limit"),
+    "disk_limit": (("No space left on device", "File too large"), "filled its scratch folder"),
+    "tampering": (("TamperingDetected",), "tampering detected"),
+}
+COLUMNS = ["student", "score", "max_score", "seconds", "sandboxed", *SIGNS, "dead_kernel", "reason"]
+
+
+def findings(folder: Path) -> dict[str, int]:
+    """How many cells of the student's autograded notebooks show each sign."""
+    counts = dict.fromkeys(SIGNS, 0)
+    for path in sorted(Path(folder).glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            text = " ".join(_output_text(o) for o in cell.get("outputs", []))
+            for name, (signs, _) in SIGNS.items():
+                if any(sign in text for sign in signs):
+                    counts[name] += 1
+    return counts
+
+
+def _output_text(output) -> str:
+    if output.get("output_type") == "error":
+        return f"{output.get('ename', '')}: {output.get('evalue', '')}"
+    if output.get("output_type") == "stream":
+        return str(output.get("text", ""))[-2000:]
+    return ""
+
+
+def reason(result) -> str:
+    """The student's situation in one sentence."""
+    said = [f"{SIGNS[name][1]} ({count} cell{'s' if count != 1 else ''})"
+            for name, count in result.findings.items() if count]
+    dead = [why for why in result.reasons.values() if "kernel died" in why]
+    if dead:
+        said.append("its kernel died")
+    other = sorted({why for why in result.reasons.values() if "kernel died" not in why and "time limit" not in why})
+    said += other
+    sentence = "; ".join(said) if said else "graded normally"
+    if not result.sandboxed:
+        sentence = "UNSANDBOXED (graded without isolation, by instructor decision): " + sentence
+    return sentence[0].upper() + sentence[1:] + "."
+
+
+def report_lines(results) -> list[str]:
+    width = max([len("student"), *(len(r.student) for r in results)])
+    lines = [f"{'student':<{width}}  {'score':>9}  {'secs':>6}  what grading saw"]
+    for r in results:
+        lines.append(f"{r.student:<{width}}  {r.score:>4g}/{r.max_score:<4g}  {r.seconds:>6}  {reason(r)}")
+    return lines
+
+
+def write_report(path: Path, results) -> Path:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for r in results:
+            writer.writerow({
+                "student": r.student, "score": r.score, "max_score": r.max_score, "seconds": r.seconds,
+                "sandboxed": r.sandboxed, **r.findings,
+                "dead_kernel": any("kernel died" in why for why in r.reasons.values()), "reason": reason(r),
+            })
+    return path

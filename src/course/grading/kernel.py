@@ -1,0 +1,82 @@
+"""A Jupyter kernel that runs inside the student's sandbox and is reached without a shared folder.
+
+The kernel speaks ZeroMQ over `ipc` sockets (TCP cannot cross the sandbox's private network).
+Its socket folder is a tmpfs *inside* the sandbox, so the sandbox has no writable host folder at
+all; the grader reaches the sockets through `/proc/<sandbox pid>/root`, the kernel's own view of
+its file system. The connection file (ports and the message key) is bound in read-only.
+
+Interrupts are sent as messages (the kernel signals itself), so a cell timeout interrupts the
+kernel and not the bwrap process that holds the sandbox open. The kernel does not watch its
+parent's pid (it cannot see it in its own pid namespace); bwrap's --die-with-parent ends the
+sandbox when the grader goes away.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+from traitlets import Instance, Unicode
+
+from course.grading.sandbox import Sandbox
+
+INSIDE_CONNECTION = "/run/kernel/connection.json"
+INSIDE_SOCKETS = "/run/kernel/sockets"
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """`AsyncKernelManager` whose kernel process is the sandbox (set `sandbox` and `scratch`)."""
+
+    sandbox = Instance(Sandbox, allow_none=True)
+    scratch = Unicode("")  # a private host folder for the connection file
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.transport = "ipc"
+        self.ip = f"{INSIDE_SOCKETS}/kernel"
+        self.connection_file = str(Path(self.scratch) / "connection.json")
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        cmd = super().format_kernel_cmd(extra_arguments)
+        cmd = [INSIDE_CONNECTION if arg == self.connection_file else arg for arg in cmd]
+        sandbox = Sandbox(
+            files={**self.sandbox.files, INSIDE_CONNECTION: self.connection_file},
+            tmpfs={**self.sandbox.tmpfs, "/run/kernel/sockets": 4 * 1024 * 1024},
+            env=self.sandbox.env,
+            limits=self.sandbox.limits,
+            network=self.sandbox.network,
+            cgroup=self.sandbox.cgroup,
+        )
+        return sandbox.command(cmd)
+
+    async def _async_pre_start_kernel(self, **kw):
+        kernel_cmd, kw = await super()._async_pre_start_kernel(**kw)
+        self.kernel_spec.interrupt_mode = "message"
+        kw["env"] = {}  # bwrap --clearenv sets the kernel's environment; nothing to inherit
+        return kernel_cmd, kw
+
+    async def _async_launch_kernel(self, kernel_cmd, **kw):
+        await super()._async_launch_kernel(kernel_cmd, **kw)
+        # sh (joining the cgroup), prlimit and bwrap exec one another: one pid, bwrap's.
+        inside = _sandbox_init_pid(self.provisioner.process.pid)
+        # From now on the client connects through the sandbox's own root.
+        self.ip = f"/proc/{inside}/root{INSIDE_SOCKETS}/kernel"
+
+    def cleanup_ipc_files(self):
+        """The sockets live in the sandbox's tmpfs, which vanishes with it."""
+
+
+def _sandbox_init_pid(bwrap_pid: int, within: float = 15.0) -> int:
+    """The host pid of bwrap's child: pid 1 of the sandbox, whose root is the sandbox's."""
+    children = Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children")
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            found = children.read_text().split()
+        except OSError:
+            found = []
+        if found:
+            return int(found[0])
+        time.sleep(0.01)
+    raise RuntimeError(f"the sandbox (bwrap pid {bwrap_pid}) did not start a process within {within} s")

@@ -1,0 +1,256 @@
+"""nbgrader preprocessors that keep grading out of the learner's reach (wired in config.py).
+
+Autograde, step by step, for each notebook of a submission:
+
+1. sanitize: nbgrader restores the locked cells from the gradebook; `StripHiddenTests` then
+   replaces the hidden regions by a placeholder line, so the kernel never receives them;
+2. `SandboxedExecute`: the kernel runs what the learner saw (their cells and the visible tests)
+   inside the student's sandbox, with a bound on each cell's output;
+3. `StartChecks` (before the kernel starts) and `DecideOutsideKernel` (after it ends): each
+   graded test cell is decided by its own fresh, sandboxed checker (course.grading.checker),
+   running side by side with the kernel; its verdict replaces the cell's outputs, so nbgrader's
+   SaveAutoGrades, the gradebook, formgrader and feedback read the checker's decision;
+4. `VerifyGradebook`: before anything is recorded, the gradebook's copy of the assignment must
+   still match the release (sources, checksums, points, total).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbformat.notebooknode import NotebookNode
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbgrader.api import Gradebook
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.utils import compute_checksum
+from traitlets import Integer
+
+from course.grading import jobs
+from course.grading.feedback import BEGIN, hide_region
+from course.grading.kernel import SandboxedKernelManager
+from course.grading.sandbox import WORKDIR, Sandbox, ensure_available, sandbox_disabled
+
+UNSANDBOXED = "UNSANDBOXED"
+KERNEL_DIED = "the kernel died (killed or crashed) while running this cell; later cells were not run"
+KERNEL_UNRESPONSIVE = "the kernel stopped answering after this cell ran past the time limit; later cells were not run"
+KERNEL_GARBLED = "the kernel stopped answering properly while running this cell; later cells were not run"
+
+
+def _course(preprocessor, resources) -> tuple[CourseDirectory, str, str, str]:
+    """(course directory, assignment, student, notebook) of the notebook being graded."""
+    grading = resources["nbgrader"]
+    return CourseDirectory(config=preprocessor.config), grading["assignment"], grading["student"], grading["notebook"]
+
+
+def submitted_folder(preprocessor, resources) -> Path:
+    coursedir, assignment, student, _ = _course(preprocessor, resources)
+    return Path(coursedir.format_path(coursedir.submitted_directory, student, assignment))
+
+
+def release_folder(preprocessor, resources) -> Path:
+    coursedir, assignment, _, _ = _course(preprocessor, resources)
+    folder = Path(coursedir.format_path(coursedir.release_directory, ".", assignment))
+    if not folder.is_dir():
+        raise FileNotFoundError(f"the release {folder} is missing: run `make release` (it is the grader's trusted copy)")
+    return folder
+
+
+class StripHiddenTests(NbGraderPreprocessor):
+    """After OverwriteCells restored them: hidden regions out again, a placeholder line in their place."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and BEGIN in cell.source:
+            cell.source = hide_region(cell.source)
+        return cell, resources
+
+
+class SandboxedExecute(Execute):
+    """nbgrader's Execute, with the kernel inside the student's sandbox and outputs bounded."""
+
+    max_output_bytes = Integer(1024 * 1024, help="Output one cell may produce before it is interrupted.").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._scratch = None
+        self._kernel_lost = False
+        self._output_sizes: dict[int, int] = {}
+        if sandbox_disabled():
+            return super().preprocess(nb, resources, km)
+        ensure_available()
+        self._scratch = tempfile.mkdtemp(prefix="ch12-kernel-")
+        submitted = submitted_folder(self, resources)
+        self._sandbox = Sandbox(files={f"{WORKDIR}/{p.name}": str(p) for p in sorted(submitted.glob("*.ipynb"))})
+        try:
+            with self._sandbox.bounded():
+                return super().preprocess(nb, resources, km)
+        finally:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        """A kernel that died or stopped answering costs the rest of the run, not the grade.
+
+        Points are decided by the checkers from the learner's definitions; a top-level statement
+        that kills or hangs the kernel is recorded in its cell (the report reads it) and the
+        remaining cells are left unexecuted.
+        """
+        if self._kernel_lost:
+            return cell, resources
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        except Exception as error:  # dead, unresponsive, or speaking garbage: the learner's code controls it
+            self._kernel_lost = True
+            why = {DeadKernelError: KERNEL_DIED, CellTimeoutError: KERNEL_UNRESPONSIVE}.get(type(error), KERNEL_UNRESPONSIVE)
+            if isinstance(error, RuntimeError) and "Timeout" not in str(error) or isinstance(error, ValueError):
+                why = KERNEL_GARBLED
+            cell.outputs.append(NotebookNode(output_type="error", ename=type(error).__name__, evalue=why,
+                                             traceback=[f"{type(error).__name__}: {why}"]))
+            return cell, resources
+
+    def create_kernel_manager(self):
+        if self._scratch is None:
+            return super().create_kernel_manager()
+        self.km = SandboxedKernelManager(
+            kernel_name=self.kernel_name or "python3", config=self.config, sandbox=self._sandbox, scratch=self._scratch)
+        return self.km
+
+    def process_message(self, msg, cell, cell_index):
+        if msg.get("msg_type") in {"stream", "display_data", "execute_result", "error", "update_display_data"}:
+            size = len(json.dumps(msg.get("content", {})))
+            total = self._output_sizes[cell_index] = self._output_sizes.get(cell_index, 0) + size
+            if total > self.max_output_bytes:
+                if total - size <= self.max_output_bytes:  # the first message over the limit
+                    cell.outputs.append(NotebookNode(output_type="stream", name="stdout", text=(
+                        f"\n[output limit reached: this cell printed more than {self.max_output_bytes} bytes; "
+                        "the grader interrupted it]\n")))
+                    asyncio.ensure_future(self.km.interrupt_kernel())
+                return None
+        return super().process_message(msg, cell, cell_index)
+
+
+class StartChecks(NbGraderPreprocessor):
+    """Start each graded test cell's checker now, so the checks run while the kernel does."""
+
+    timeout = Integer(60, help="Seconds one check may take.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        _, assignment, _, notebook = _course(self, resources)
+        release = release_folder(self, resources)
+        release_nb = json.loads((release / f"{notebook}.ipynb").read_text())
+        with Gradebook(resources["nbgrader"]["db_url"]) as gb:
+            sources = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
+        cells = jobs.course_cells(release_nb, sources)
+        checks = jobs.autograded(cells)
+        submission = [dict(cell) for cell in nb.cells]
+        built = [jobs.build_job(notebook, check, cells, submission) for check in checks]
+        pending = jobs.start_checks(built, submitted_folder(self, resources), release, self.timeout)
+        resources.setdefault("course", {})["pending"] = (pending, {c.grade_id: c.source for c in checks})
+        return nb, resources
+
+
+class DecideOutsideKernel(NbGraderPreprocessor):
+    """Replace each graded test cell's outputs with the verdict of its own checker process."""
+
+    def preprocess(self, nb, resources):
+        pending, sources = resources["course"].pop("pending")
+        verdicts = pending.results()
+        for cell in nb.cells:
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            if cell.cell_type == "code" and grade_id in verdicts:
+                cell.outputs = verdict_outputs(verdicts[grade_id], sources[grade_id])
+        resources["course"]["verdicts"] = verdicts
+        return nb, resources
+
+
+def verdict_outputs(verdict: dict, check_source: str) -> list[NotebookNode]:
+    """A passed check shows nothing; a failed one its type and its own (redacted) message."""
+    notes = [] if not sandbox_disabled() else [NotebookNode(
+        output_type="stream", name="stdout", text=f"[{UNSANDBOXED}: graded without the sandbox, by instructor decision]\n")]
+    if verdict.get("passed"):
+        return notes
+    ename = str(verdict.get("ename") or "CheckFailed")[:80]
+    message = jobs.redact(str(verdict.get("message") or ""), check_source)[: jobs.RESULT_LIMIT // 8]
+    return [*notes, NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])]
+
+
+class GradebookMismatch(RuntimeError):
+    """The gradebook no longer holds the assignment the release was made from."""
+
+
+class VerifyGradebook(NbGraderPreprocessor):
+    """Refuse to record grades against a gradebook whose assignment was changed."""
+
+    def preprocess(self, nb, resources):
+        coursedir, assignment, _, notebook = _course(self, resources)
+        release = release_folder(self, resources)
+        source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
+        with Gradebook(resources["nbgrader"]["db_url"]) as gb:
+            problems = gradebook_problems(gb, assignment, notebook, release, source)
+        if problems:
+            raise GradebookMismatch(
+                f"the gradebook's copy of {assignment}/{notebook} does not match the release, so no grade was "
+                f"recorded: {'; '.join(problems[:5])}. Re-create it with `nbgrader generate_assignment {assignment} "
+                "--force` from solutions/ and autograde again.")
+        return nb, resources
+
+
+def gradebook_problems(gb, assignment: str, notebook: str, release: Path, source: Path) -> list[str]:
+    """Differences between the gradebook and the release (and the solutions, when present)."""
+    problems = []
+    total = sum(cell.points for path in sorted(release.glob("*.ipynb"))
+                for cell in jobs.course_cells(json.loads(path.read_text()), {}) if cell.graded)
+    recorded = gb.find_assignment(assignment).max_score
+    if abs(recorded - total) > 1e-9:
+        problems.append(f"the assignment is worth {recorded:g} points in the gradebook, {total:g} in the release")
+    stored = {c.name: c for c in gb.find_notebook(notebook, assignment).source_cells}
+    graded = {c.name: c.max_score for c in gb.find_notebook(notebook, assignment).grade_cells}
+    release_nb = json.loads((release / f"{notebook}.ipynb").read_text())
+    solutions = _solution_sources(source / f"{notebook}.ipynb")
+    for raw in release_nb["cells"]:
+        meta = raw.get("metadata", {}).get("nbgrader", {})
+        grade_id = meta.get("grade_id")
+        if not grade_id or not (meta.get("locked") or meta.get("grade") or meta.get("solution")):
+            continue
+        cell = stored.get(grade_id)
+        if cell is None:
+            problems.append(f"cell {grade_id!r} is missing")
+            continue
+        expected = solutions.get(grade_id) if meta.get("locked") and grade_id in solutions else None
+        visible = "\n".join(_visible_lines(cell.source))
+        if expected is not None and cell.source != expected or visible != "\n".join(_visible_lines(jobs._text(raw["source"]))):
+            problems.append(f"cell {grade_id!r} has other source")
+        node = nbformat.from_dict(raw)
+        node.source = cell.source
+        if cell.checksum != compute_checksum(node):
+            problems.append(f"cell {grade_id!r} has a checksum that does not match its source")
+        if meta.get("grade") and abs(graded.get(grade_id, -1) - float(meta.get("points", 0))) > 1e-9:
+            problems.append(f"cell {grade_id!r} is worth {graded.get(grade_id)} points, {meta.get('points')} in the release")
+    return problems
+
+
+def _visible_lines(source: str) -> list[str]:
+    lines, hiding = [], False
+    for line in source.split("\n"):
+        if jobs.BEGIN_HIDDEN in line:
+            hiding = True
+        elif jobs.END_HIDDEN in line:
+            hiding = False
+        elif not hiding:
+            lines.append(line)
+    return lines
+
+
+def _solution_sources(path: Path) -> dict[str, str]:
+    """Locked cells of the instructor's source notebook, when it is at hand."""
+    if not path.is_file():
+        return {}
+    found = {}
+    for cell in json.loads(path.read_text())["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("locked") and meta.get("grade_id"):
+            found[meta["grade_id"]] = jobs._text(cell["source"])
+    return found

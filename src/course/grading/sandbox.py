@@ -1,0 +1,193 @@
+"""Where learner code runs while it is graded: one bubblewrap sandbox per process, nothing shared.
+
+Grading runs a submission's code (its kernel, the checker of each graded cell, the checkpoint's
+worker and supplier processes). Inside the sandbox:
+
+* the file system is a whitelist: the system folders and the Python environment, read-only; the
+  course root, the gradebook, `solutions/`, other students' folders and the home folder are not
+  there at all, because they were never bound;
+* the only writable places are size-bounded tmpfs folders that vanish with the sandbox (the
+  working folder, `/tmp`, the kernel's socket folder), so nothing on the host can change;
+* the network is a private loopback (`--unshare-net`): the checkpoint's supplier still works,
+  nothing outside is reachable;
+* its own pid namespace: when its first process ends, every process it started ends too, and it
+  cannot see or signal the grader;
+* rlimits bound each process's memory, the number of tasks and the size of one file.
+
+If `bwrap` is missing or cannot create namespaces, grading refuses (SandboxUnavailable, with
+how to fix it). `COURSE_NO_SANDBOX=1` (set by `course autograde --no-sandbox`) runs learner code
+as plain child processes instead: an explicit instructor decision that every report line repeats.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from course.grading.cgroup import Cgroup
+
+NO_SANDBOX_VARIABLE = "COURSE_NO_SANDBOX"
+WORKDIR = "/grading"  # the learner's working folder inside the sandbox (tmpfs)
+HOME = WORKDIR
+MiB = 1024 * 1024
+
+# Read-only system folders every Python process needs (missing ones are skipped).
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+
+
+class SandboxUnavailable(RuntimeError):
+    """Grading refuses to run learner code without isolation, unless told to."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-sandbox bounds, beside nbgrader's cell timeout."""
+
+    memory_bytes: int = 3 * 1024 * MiB  # address space of each process
+    tasks: int = 384  # processes and threads together (RLIMIT_NPROC is per user namespace)
+    file_bytes: int = 64 * MiB  # largest single file
+    workdir_bytes: int = 256 * MiB  # the tmpfs working folder
+    tmp_bytes: int = 128 * MiB  # /tmp
+    group_memory_bytes: int = 6 * 1024 * MiB  # all of the sandbox's processes together (cgroup)
+
+
+@dataclass
+class Sandbox:
+    """One sandbox's view: which host files appear (read-only) and how much it may use."""
+
+    files: dict[str, str] = field(default_factory=dict)  # inside path -> host file (read-only)
+    tmpfs: dict[str, int] = field(default_factory=dict)  # inside folder -> size in bytes
+    env: dict[str, str] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    network: bool = False  # False: a private loopback only
+    cgroup: Cgroup | None = None  # where root's processes are counted (see course.grading.cgroup)
+
+    def command(self, argv: list[str]) -> list[str]:
+        """The full command line: join the cgroup, set rlimits, then bwrap, then `argv` inside."""
+        join = self.cgroup.join_command() if self.cgroup else []
+        return [*join, *rlimit_prefix(self.limits), *self.bwrap_arguments(), "--", *argv]
+
+    @contextmanager
+    def bounded(self) -> Iterator[Sandbox]:
+        """This sandbox with its own cgroup (when the machine allows one) for as long as it runs."""
+        self.cgroup = Cgroup.create(self.limits.tasks, self.limits.group_memory_bytes)
+        try:
+            yield self
+        finally:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+                self.cgroup = None
+
+    def bwrap_arguments(self) -> list[str]:
+        args = [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user", "--clearenv"]
+        if self.network:
+            args.append("--share-net")
+        for folder in readable_folders():
+            args += ["--ro-bind", folder, folder]
+        args += ["--dev", "/dev", "--proc", "/proc"]
+        tmpfs = {"/tmp": self.limits.tmp_bytes, WORKDIR: self.limits.workdir_bytes, **self.tmpfs}
+        for inside, size in tmpfs.items():
+            args += ["--size", str(size), "--tmpfs", inside]
+        for inside, host in self.files.items():
+            args += ["--ro-bind", host, inside]
+        args += ["--remount-ro", "/", "--chdir", WORKDIR]  # the sandbox's own root: no writable space there
+        for name, value in {**base_environment(), **self.env}.items():
+            args += ["--setenv", name, value]
+        return args
+
+
+def rlimit_prefix(limits: Limits) -> list[str]:
+    """`prlimit` (util-linux) sets the limits, then execs the sandbox."""
+    return [
+        shutil.which("prlimit") or "prlimit",
+        f"--as={limits.memory_bytes}",
+        f"--nproc={limits.tasks}",
+        f"--fsize={limits.file_bytes}",
+        "--core=0",
+    ]
+
+
+def base_environment() -> dict[str, str]:
+    """A minimal environment: nothing of the instructor's (tokens, paths) leaks in."""
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": HOME,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": f"{WORKDIR}/.matplotlib",
+        "IPYTHONDIR": f"{WORKDIR}/.ipython",
+        "JUPYTER_CONFIG_DIR": f"{WORKDIR}/.jupyter",
+        "JUPYTER_DATA_DIR": f"{WORKDIR}/.local/share/jupyter",
+        "JUPYTER_RUNTIME_DIR": f"{WORKDIR}/.local/share/jupyter/runtime",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        NO_SANDBOX_VARIABLE: "",
+        "JPY_PARENT_PID": "1",  # ipykernel: no parent poller (pid 1 never goes away), no console banner
+    }
+
+
+@cache
+def readable_folders() -> tuple[str, ...]:
+    """System folders, the Python installation and environment, and the course's packages.
+
+    The course packages (`src/` for an editable install) hold no hidden tests or solutions: those
+    live in the gradebook and in `solutions/`, which are never bound.
+    """
+    import course
+    import reference_organizations
+    import sovereign_agent
+
+    folders = [f for f in SYSTEM if os.path.isdir(f)]
+    for path in (sys.base_prefix, sys.prefix, *_package_roots(course, reference_organizations, sovereign_agent)):
+        real = os.path.realpath(path)
+        if not any(real == f or real.startswith(f + "/") for f in folders):
+            folders.append(real)
+    if sys.prefix != os.path.realpath(sys.prefix):
+        folders.append(sys.prefix)  # the path Python was started by, if it is a link
+    return tuple(dict.fromkeys(folders))
+
+
+def _package_roots(*packages) -> list[str]:
+    return [str(Path(p.__file__).resolve().parent.parent) for p in packages]
+
+
+def bwrap_path() -> str:
+    path = shutil.which("bwrap")
+    if path is None:
+        raise SandboxUnavailable(HOW_TO_ENABLE.format(problem="the `bwrap` command (bubblewrap) is not installed"))
+    return path
+
+
+HOW_TO_ENABLE = (
+    "Grading refuses to run learner code without a sandbox: {problem}. "
+    "Install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
+    "bubblewrap`) and make sure unprivileged user namespaces are enabled "
+    "(`sysctl user.max_user_namespaces` must be above 0; on Ubuntu 24.04 or later also allow them for bwrap "
+    "in AppArmor). To grade without isolation anyway, pass --no-sandbox (every report line will say so)."
+)
+
+
+def sandbox_disabled() -> bool:
+    """True when the instructor explicitly chose to grade without isolation."""
+    return os.environ.get(NO_SANDBOX_VARIABLE, "") == "1"
+
+
+@cache
+def ensure_available() -> None:
+    """Start one trivial sandbox; raise SandboxUnavailable with the reason if it cannot start."""
+    probe = Sandbox().command([sys.executable, "-c", "print('sandbox ok')"])
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SandboxUnavailable(HOW_TO_ENABLE.format(problem=f"starting it failed ({error})")) from None
+    if done.returncode != 0 or "sandbox ok" not in done.stdout:
+        problem = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise SandboxUnavailable(HOW_TO_ENABLE.format(problem=f"bwrap could not start ({problem})"))
