@@ -8,6 +8,7 @@ in order, so a test can assert on what was (not) sent and in which order. The re
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -18,7 +19,7 @@ import pytest
 
 from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY, seed_lucy
 from sovereign_agent.assistant_orders import SpendingPolicy, approve, execute, propose
-from sovereign_agent.assistant_work import Claim, claim, enqueue
+from sovereign_agent.assistant_work import Claim, assert_current, claim, enqueue
 from sovereign_agent.children import alive
 from sovereign_agent.database import Database
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
@@ -194,6 +195,22 @@ def snapshot(db: Database, *tables: str) -> dict[str, list[tuple]]:
     return {
         table: [tuple(r) for r in db.connection.execute(f"SELECT * FROM {table} ORDER BY rowid")] for table in tables
     }
+
+
+def fence_verdicts(db: Database, epochs: set[str]) -> dict[str, bool]:
+    """For each epoch: does a live claim carrying it pass the real fence (`assert_current`) on `db`?"""
+    identifier = enqueue(db, "fence-check", "fence-check", "check the fence")
+    work = claim(db, "fence-checker", identifier=identifier)
+    assert work is not None
+    verdicts = {}
+    for epoch in epochs:
+        try:
+            with db.immediate() as connection:
+                assert_current(connection, dataclasses.replace(work, epoch=epoch))
+            verdicts[epoch] = True
+        except PermissionError:
+            verdicts[epoch] = False
+    return verdicts
 
 
 def money(db: Database) -> tuple[int, int]:
