@@ -218,6 +218,11 @@ def money(db: Database) -> tuple[int, int]:
     return found["reserved_pence"], found["spent_pence"]
 
 
+def expire_lease(db: Database, work_id: str) -> None:
+    """Accelerate the lease of a holder we declare dead (a fixture change, not elapsed time)."""
+    db.connection.execute("UPDATE assistant_work SET expires=? WHERE id=?", (time.time() - 1, work_id))
+
+
 def held_work(
     db: Database, *, origin: str = "phone:vanilla", session: str = "lucy", ttl: float = 60, now: float | None = None
 ) -> Claim:
@@ -227,9 +232,11 @@ def held_work(
     return work
 
 
-def approved_vanilla(db: Database, policy: SpendingPolicy, work: Claim, quantity: int = 6) -> str:
-    """Propose `quantity` vanilla tubs under `work` and approve exactly that proposal."""
-    order = propose(db, work, "SKU-VANILLA", quantity, target=SUPPLIER_IDENTITY)
+def approved_vanilla(
+    db: Database, policy: SpendingPolicy, work: Claim, quantity: int = 6, sku: str = "SKU-VANILLA"
+) -> str:
+    """Propose `quantity` vanilla tubs (or another `sku`) under `work` and approve exactly that proposal."""
+    order = propose(db, work, sku, quantity, target=SUPPLIER_IDENTITY)
     digest = row(db, "assistant_orders", order)["digest"]
     approve(db, order, digest, actor=OPERATOR, policy=policy, expires=time.time() + 3600)
     return order
