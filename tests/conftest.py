@@ -8,6 +8,7 @@ in order, so a test can assert on what was (not) sent and in which order. The re
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -18,7 +19,7 @@ import pytest
 
 from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY, seed_lucy
 from sovereign_agent.assistant_orders import SpendingPolicy, approve, execute, propose
-from sovereign_agent.assistant_work import Claim, claim, enqueue
+from sovereign_agent.assistant_work import Claim, assert_current, claim, enqueue
 from sovereign_agent.children import alive
 from sovereign_agent.database import Database
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
@@ -196,9 +197,30 @@ def snapshot(db: Database, *tables: str) -> dict[str, list[tuple]]:
     }
 
 
+def fence_verdicts(db: Database, epochs: set[str]) -> dict[str, bool]:
+    """For each epoch: does a live claim carrying it pass the real fence (`assert_current`) on `db`?"""
+    identifier = enqueue(db, "fence-check", "fence-check", "check the fence")
+    work = claim(db, "fence-checker", identifier=identifier)
+    assert work is not None
+    verdicts = {}
+    for epoch in epochs:
+        try:
+            with db.immediate() as connection:
+                assert_current(connection, dataclasses.replace(work, epoch=epoch))
+            verdicts[epoch] = True
+        except PermissionError:
+            verdicts[epoch] = False
+    return verdicts
+
+
 def money(db: Database) -> tuple[int, int]:
     found = db.connection.execute("SELECT reserved_pence, spent_pence FROM assistant_spending").fetchone()
     return found["reserved_pence"], found["spent_pence"]
+
+
+def expire_lease(db: Database, work_id: str) -> None:
+    """Accelerate the lease of a holder we declare dead (a fixture change, not elapsed time)."""
+    db.connection.execute("UPDATE assistant_work SET expires=? WHERE id=?", (time.time() - 1, work_id))
 
 
 def held_work(
@@ -210,9 +232,11 @@ def held_work(
     return work
 
 
-def approved_vanilla(db: Database, policy: SpendingPolicy, work: Claim, quantity: int = 6) -> str:
-    """Propose `quantity` vanilla tubs under `work` and approve exactly that proposal."""
-    order = propose(db, work, "SKU-VANILLA", quantity, target=SUPPLIER_IDENTITY)
+def approved_vanilla(
+    db: Database, policy: SpendingPolicy, work: Claim, quantity: int = 6, sku: str = "SKU-VANILLA"
+) -> str:
+    """Propose `quantity` vanilla tubs (or another `sku`) under `work` and approve exactly that proposal."""
+    order = propose(db, work, sku, quantity, target=SUPPLIER_IDENTITY)
     digest = row(db, "assistant_orders", order)["digest"]
     approve(db, order, digest, actor=OPERATOR, policy=policy, expires=time.time() + 3600)
     return order

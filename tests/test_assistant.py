@@ -20,6 +20,7 @@ from conftest import (
     approved_vanilla,
     count,
     died_while_sending,
+    expire_lease,
     held_work,
     money,
     row,
@@ -36,11 +37,6 @@ from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
 def skip_retry_delay(db, work_id: str) -> None:
     """Accelerate the BLOCKED retry delay (a fixture change, not elapsed time)."""
     db.connection.execute("UPDATE assistant_work SET available_after=0 WHERE id=?", (work_id,))
-
-
-def expire_lease(db, work_id: str) -> None:
-    """Accelerate the lease of a holder we declare dead (a fixture change, not elapsed time)."""
-    db.connection.execute("UPDATE assistant_work SET expires=? WHERE id=?", (time.time() - 1, work_id))
 
 
 def test_nothing_to_do_is_idle(db, policy, supplier):

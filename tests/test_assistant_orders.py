@@ -405,3 +405,33 @@ def test_order_to_continue_finds_the_recorded_non_draft_order(db, policy):
     assert order_to_continue(db, work) is None
     order = approved_vanilla(db, policy, work)
     assert order_to_continue(db, work) == order
+
+
+def test_order_to_continue_takes_what_needs_recovery_before_anything_newer(db, policy, supplier):
+    """Uncertain first, then approved (oldest first), and a settled one only when nothing is pending."""
+    work = held_work(db)
+    supplier.reject = True
+    rejected = approved_vanilla(db, policy, work, 1)
+    execute(db, work, rejected, supplier, policy=policy)
+    supplier.reject = False
+    confirmed = approved_vanilla(db, policy, work, 2)
+    execute(db, work, confirmed, supplier, policy=policy)
+    pending = approved_vanilla(db, policy, work, 3)
+    uncertain = approved_vanilla(db, policy, work, 1, sku="SKU-STRAWBERRY")
+    supplier.lose_responses = 1
+    with pytest.raises(OutcomeUnknown):
+        execute(db, work, uncertain, supplier, policy=policy)
+    draft = propose(db, work, "SKU-CHOCOLATE", 1, target=SUPPLIER_IDENTITY)
+    recorded = [tuple(r) for r in db.connection.execute("SELECT id, status FROM assistant_orders ORDER BY created")]
+    assert recorded == [
+        (rejected, "REJECTED"), (confirmed, "CONFIRMED"), (pending, "APPROVED"), (uncertain, "UNKNOWN"),
+        (draft, "DRAFT"),
+    ]
+    assert order_to_continue(db, work) == uncertain
+    execute(db, work, uncertain, supplier, policy=policy)  # looked up and settled
+    assert order_to_continue(db, work) == pending  # older than the settled ones beside it, still continued
+    execute(db, work, pending, supplier, policy=policy)
+    assert order_to_continue(db, work) == uncertain  # nothing pending: the newest settled order
+    assert supplier.calls == [
+        ("order", rejected), ("order", confirmed), ("order", uncertain), ("lookup", uncertain), ("order", pending),
+    ]

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from conftest import count
+from conftest import count, fence_verdicts
 from reference_organizations.store.agent import seed_lucy
 from sovereign_agent.database import AuthorityMismatch, Database, authority_marker
 from sovereign_agent.migrations import MIGRATIONS
@@ -158,14 +158,39 @@ def test_a_database_whose_marker_disagrees_refuses_to_open(tmp_path, tamper):
     raw.close()
 
 
-def test_a_fresh_database_refuses_a_marker_left_by_another(tmp_path):
-    marker = tmp_path / "agent.authority"
-    marker.write_text("a" * 32)
+def epoch_of(database: Database) -> str:
+    return database.connection.execute("SELECT epoch FROM assistant_control WHERE id=1").fetchone()[0]
+
+
+@pytest.mark.parametrize("left", ["no database file", "a WAL file with no schema"])
+def test_a_file_without_a_schema_is_a_new_authority_whatever_marker_is_left(tmp_path, left):
+    """The state a kill between the marker's rename and the COMMIT leaves (or a deleted database)."""
+    path = tmp_path / "agent.sqlite"
+    if left == "a WAL file with no schema":
+        raw = sqlite3.connect(path)
+        assert raw.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+        assert raw.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+        raw.close()
+    foreign = "a" * 32
+    authority_marker(path).write_text(foreign)
+    with Database(path) as database:
+        epoch = epoch_of(database)
+        verdicts = fence_verdicts(database, {epoch, foreign})
+    assert epoch != foreign and authority_marker(path).read_text() == epoch
+    assert verdicts == {epoch: True, foreign: False}  # a holder of the old epoch is fenced out
+    assert sorted(p.name for p in tmp_path.iterdir() if "authority" in p.name) == ["agent.authority"]
+
+
+def test_a_database_with_a_schema_and_a_foreign_marker_is_still_refused(tmp_path):
+    path = tmp_path / "agent.sqlite"
+    with Database(path) as database:
+        epoch = epoch_of(database)
+    authority_marker(path).write_text("a" * 32)  # the replaced-file case the marker exists for
     with pytest.raises(AuthorityMismatch):
-        Database(tmp_path / "agent.sqlite")
-    assert marker.read_text() == "a" * 32
-    raw = sqlite3.connect(tmp_path / "agent.sqlite")
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 0  # the schema was rolled back
+        Database(path)
+    assert authority_marker(path).read_text() == "a" * 32
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT epoch FROM assistant_control").fetchall() == [(epoch,)]
     raw.close()
 
 

@@ -168,8 +168,20 @@ def test_identity_mismatch(live_supplier):
         stranger.order(OP, proposal(supplier="acme-dairy"))
     assert live_supplier.orders() == []
     live_supplier.client().order(OP, proposal())
-    with pytest.raises(SupplierRefused, match="answered as 'lucy-wholesale'"):
-        stranger.lookup(OP)  # a receipt from someone else is not ours to trust
+    with pytest.raises(OutcomeUnknown, match="answered as 'lucy-wholesale'"):
+        stranger.lookup(OP)  # a receipt from someone else is not ours to trust, nor a "no"
+
+
+def test_a_success_naming_another_supplier_is_an_unknown_outcome(tmp_path: Path):
+    with start_supplier(tmp_path / "supplier.sqlite", answer_first_as="acme-dairy") as running:
+        client = running.client()
+        with pytest.raises(OutcomeUnknown, match="answered as 'acme-dairy'"):
+            client.order(OP, proposal())
+        [row] = running.orders()  # the supplier did take it
+        assert row["receipt"]["supplier"] == "lucy-wholesale"
+        assert client.lookup(OP) == row["receipt"]  # only a lookup can tell, and it does
+        assert client.order(OP, proposal()) == row["receipt"]  # the switch fires once
+        assert [(r["method"], r["status"]) for r in running.requests()] == [("POST", 201), ("GET", 200), ("POST", 200)]
 
 
 def test_dropped_response_leaves_an_order_only_a_lookup_can_find(tmp_path: Path):

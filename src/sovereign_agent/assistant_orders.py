@@ -178,14 +178,25 @@ def execute(
 
 
 def order_to_continue(db: Database, work: Claim) -> str | None:
-    """The recovery decision: the assignment's recorded, already-approved order, if any.
+    """The recovery decision: which of the assignment's recorded orders a replacement continues.
 
     When this returns an id, the worker continues that operation from the records (execute,
-    then finish) and does not ask a model to reconstruct the purchase.
+    then finish) and does not ask a model to reconstruct the purchase. With several orders:
+
+    1. an uncertain one (SENDING, UNKNOWN), oldest first: it may already be at the supplier and
+       holds a reservation, so it is looked up before anything else is sent;
+    2. then an APPROVED one, oldest first: an operator's standing decision (until revoked), whose
+       reservation would otherwise be held for ever;
+    3. only when nothing is pending, the newest settled one (CONFIRMED, REJECTED): its receipt is
+       what the work finishes with.
+
+    DRAFT (never approved) and REVOKED (withdrawn) orders are never continued. Not "the newest
+    non-draft order": a newer order must not strand an older one that still needs recovery.
     """
     row = db.connection.execute(
         "SELECT id FROM assistant_orders WHERE work_id=? AND status NOT IN ('DRAFT', 'REVOKED') "
-        "ORDER BY created DESC, rowid DESC LIMIT 1",
+        "ORDER BY CASE WHEN status IN ('SENDING', 'UNKNOWN') THEN 0 WHEN status = 'APPROVED' THEN 1 ELSE 2 END, "
+        "CASE WHEN status IN ('CONFIRMED', 'REJECTED') THEN -created ELSE created END, rowid LIMIT 1",
         (work.id,),
     ).fetchone()
     return None if row is None else row["id"]

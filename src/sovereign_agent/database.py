@@ -3,6 +3,10 @@
 WAL lets readers and one writer overlap; the busy timeout lets writers queue instead of failing;
 `immediate()` takes the write lock *before* the first read, so a check and the write it guards
 can never be separated by another process's commit.
+
+Creation is crash-safe: the `.authority` marker is made durable *before* the first migration
+commits, so a committed schema always has its marker, and a file without a schema is always
+a brand-new authority, whatever marker a killed creation (or a deleted database) left beside it.
 """
 
 from __future__ import annotations
@@ -12,11 +16,16 @@ import secrets
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from sovereign_agent.migrations import MIGRATIONS
 
 BUSY_TIMEOUT_SECONDS = 10.0
+
+# Test-only: called with the name of each creation step once it is done ("marker-written",
+# "marker-renamed", then "before-commit" and "committed" for each migration applied), so a kill
+# test can stop a child process exactly there. Nothing in the runtime sets it.
+_creation_step: Callable[[str], None] = lambda step: None
 
 
 class AuthorityMismatch(RuntimeError):
@@ -85,20 +94,22 @@ class Database:
                 if version == 1:
                     self._create_authority(connection)
                 connection.execute(f"PRAGMA user_version={version}")
+                _creation_step("before-commit")
+            _creation_step("committed")  # skipped (by `continue`) for a migration already applied
         current = self.connection.execute("PRAGMA user_version").fetchone()[0]
         if current > len(MIGRATIONS):
             raise RuntimeError(f"database schema {current} is newer than this runtime")
 
     def _create_authority(self, connection: sqlite3.Connection) -> None:
-        """The epoch is born with the schema; the marker file is its companion outside SQLite."""
+        """The epoch is born with the schema; the marker file is its companion outside SQLite.
+
+        A brand-new schema is always a new authority: a marker already here was left by a creation
+        killed before its COMMIT or by a database that is gone, so it is replaced, never adopted
+        (whoever holds its epoch must fail the fence). Refusing it instead left the file unopenable.
+        """
         epoch = secrets.token_hex(16)
         connection.execute("INSERT INTO assistant_control(id, epoch, paused) VALUES (1, ?, 0)", (epoch,))
-        marker = authority_marker(self.path)
-        if marker.exists() and marker.read_text() != epoch:
-            raise AuthorityMismatch(f"{marker} belongs to another database")
-        temporary = marker.with_name(marker.name + f".{os.getpid()}.tmp")
-        temporary.write_text(epoch)
-        os.replace(temporary, marker)
+        _publish(authority_marker(self.path), epoch)
 
     def _check_authority(self) -> None:
         epoch = self.connection.execute("SELECT epoch FROM assistant_control WHERE id=1").fetchone()[0]
@@ -109,3 +120,25 @@ class Database:
             raise AuthorityMismatch(f"authority marker {marker} is missing") from None
         if found != epoch:
             raise AuthorityMismatch(f"{marker} does not match this database's epoch")
+
+
+def _publish(marker: Path, epoch: str) -> None:
+    """Replace `marker` atomically and durably, before the schema commits.
+
+    The temporary file is fsynced before the rename (else a power cut can leave an empty marker)
+    and the folder after it (else the rename itself can be lost). Its name is fixed: it is only
+    written under this database's write lock, and the next creation reuses a killed one's leftover.
+    """
+    temporary = marker.with_name(marker.name + ".tmp")
+    with open(temporary, "w", encoding="ascii") as handle:
+        handle.write(epoch)
+        handle.flush()
+        os.fsync(handle.fileno())
+    _creation_step("marker-written")
+    os.replace(temporary, marker)
+    folder = os.open(marker.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    _creation_step("marker-renamed")

@@ -2,7 +2,8 @@
 
 Order of business in a pass: first any assignment whose supplier order is uncertain (discover
 it before anything else happens), then ordinary work. A claimed assignment that already has a
-recorded, approved order is continued from the records, without asking the model again.
+recorded, approved order is continued from the records, without asking the model again; with
+several, every pending one is continued in the pass (`order_to_continue` says in which order).
 """
 
 from __future__ import annotations
@@ -77,16 +78,23 @@ def _continue_order(
     policy = policy or SpendingPolicy(frozenset(), total_pence=0)
     outcome = {"work": work.id, "generation": work.generation, "owner": work.owner, "order": order, "model_calls": 0}
     cancelled = db.connection.execute("SELECT cancelled FROM assistant_work WHERE id=?", (work.id,)).fetchone()[0]
-    try:
-        receipt = execute(db, work, order, supplier, policy=policy, fence=ownership.assert_current)
-    except OutcomeUnknown:
-        status, result = _stopped(db, order, cancelled), "supplier outcome unknown; reconcile later"
-        ownership.finish(db, work, status, result)
-        return outcome | {"status": status, "result": result}
-    except OrderRefused as refusal:
-        status = _stopped(db, order, cancelled)
-        ownership.finish(db, work, status, str(refusal))
-        return outcome | {"status": status, "result": str(refusal)}
+    receipts: dict[str, dict[str, Any]] = {}
+    while order not in receipts:  # each execute settles its order or ends the pass: bounded
+        outcome["order"] = order
+        try:
+            receipts[order] = execute(db, work, order, supplier, policy=policy, fence=ownership.assert_current)
+        except OutcomeUnknown:
+            status, result = _stopped(db, order, cancelled), "supplier outcome unknown; reconcile later"
+            ownership.finish(db, work, status, result)
+            return outcome | {"status": status, "result": result}
+        except OrderRefused as refusal:
+            status = _stopped(db, order, cancelled)
+            ownership.finish(db, work, status, str(refusal))
+            return outcome | {"status": status, "result": str(refusal)}
+        # The assignment's next pending order, if any, in the same pass: finished work is never
+        # claimed again, so stopping after the first would strand the others and their reservations.
+        order = ownership.order_to_continue(db, work) or order
+    outcome["order"], receipt = order, receipts[order]
     status = "CANCELLED" if cancelled else "DONE"
     ownership.finish(db, work, status, json.dumps({"order": order, "receipt": receipt}, sort_keys=True))
     return outcome | {"status": status, "receipt": receipt}

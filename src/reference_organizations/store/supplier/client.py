@@ -23,9 +23,10 @@ LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 class SupplierClient:
     """The shop's side of the protocol (implements sovereign_agent.suppliers.Supplier).
 
-    Any answer we did not get (timeout, refused or reset connection, dropped response, 5xx)
-    raises OutcomeUnknown: the order may exist, and only a lookup can tell. A 4xx raises
-    SupplierRefused. `timeout` bounds each socket operation, not the whole call.
+    Any answer we did not get (timeout, refused or reset connection, dropped response, 5xx),
+    and any 2xx receipt that is not ours (another supplier or operation), raises OutcomeUnknown:
+    the order may exist, and only a lookup can tell. A 4xx raises SupplierRefused. `timeout`
+    bounds each socket operation, not the whole call.
     """
 
     idempotent = True
@@ -107,7 +108,9 @@ class SupplierClient:
         if not isinstance(receipt, dict):
             raise OutcomeUnknown(f"{operation}: HTTP {status} without a readable receipt")
         if receipt.get("operation") != operation or receipt.get("supplier") != self.identity:
-            raise SupplierRefused(
+            # A success that names someone else is not a refusal: the request may well have been
+            # accepted somewhere, so the order is looked up (and its reservation kept), never resent.
+            raise OutcomeUnknown(
                 f"{self.endpoint} answered as {receipt.get('supplier')!r}"
                 f" for {receipt.get('operation')!r}"
             )

@@ -73,6 +73,7 @@ def start_supplier(
     hold_seconds: float = 0,
     committed_file: str | os.PathLike[str] | None = None,
     reject: bool = False,
+    answer_first_as: str | None = None,
     timeout: float = 15,
 ) -> SupplierProcess:
     """Start a supplier process that dies with this one; return once it is listening.
@@ -93,6 +94,7 @@ def start_supplier(
     argv += ["--drop-first-response"] if drop_first_response else []
     argv += ["--committed-file", committed_file] if committed_file is not None else []
     argv += ["--reject"] if reject else []
+    argv += ["--answer-first-as", answer_first_as] if answer_first_as is not None else []
     log = ledger.with_suffix(".log")
     with open(log, "ab") as stderr:
         process = spawn(argv, stdout=subprocess.DEVNULL, stderr=stderr)

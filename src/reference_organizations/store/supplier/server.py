@@ -145,18 +145,20 @@ class SupplierServer(ThreadingHTTPServer):
         hold_seconds: float = 0.0,
         committed_file: Path | None = None,
         reject: bool = False,
+        answer_first_as: str | None = None,
         max_body: int = 16384,
         stopping: threading.Event | None = None,
     ) -> None:
         self.ledger = ledger
         self.identity = identity
         self.drop_next = drop_first_response
+        self.misname_next = answer_first_as  # the first new order's answer names this supplier
         self.hold_seconds = hold_seconds
         self.committed_file = committed_file
         self.reject = reject
         self.max_body = max_body
         self.stopping = stopping or threading.Event()  # set on shutdown; ends held answers early
-        self.order_lock = threading.Lock()  # guards drop_next together with the order commit
+        self.order_lock = threading.Lock()  # guards drop_next, misname_next and the order commit
         super().__init__((HOST, port), SupplierHandler)
 
 
@@ -206,6 +208,10 @@ class SupplierHandler(BaseHTTPRequestHandler):
                 self._record(db, operation, status)
             if status is None:
                 self.server.drop_next = False
+            answer = receipt
+            if status == 201 and self.server.misname_next:
+                answer = json.dumps({**json.loads(receipt), "supplier": self.server.misname_next}, sort_keys=True)
+                self.server.misname_next = None
         if status == 409:
             return self._refuse_after_record(409, f"operation {operation} holds a different proposal")
         if status != 200:  # a new order, committed just now
@@ -215,7 +221,7 @@ class SupplierHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return  # closing without a word: the client cannot know the order exists
             self.server.stopping.wait(self.server.hold_seconds)
-        self._reply(status, receipt)
+        self._reply(status, answer)
 
     def _new_receipt(self, operation: str, proposal: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -330,6 +336,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--hold-seconds", type=_seconds, default=0.0)
     parser.add_argument("--committed-file", type=Path)
     parser.add_argument("--reject", action="store_true")
+    parser.add_argument("--answer-first-as", metavar="IDENTITY", help="store the first new order, "
+                        "then answer it with a receipt naming this other supplier")
     parser.add_argument("--max-body", type=_bounded_int(1, 1 << 20), default=16384)
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     return parser
@@ -349,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         hold_seconds=args.hold_seconds,
         committed_file=args.committed_file,
         reject=args.reject,
+        answer_first_as=args.answer_first_as,
         max_body=args.max_body,
         stopping=stopping,
     )
