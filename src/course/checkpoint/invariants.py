@@ -79,7 +79,8 @@ def _landed(e: Any) -> tuple[str, str] | None:
         return None
     shown = ", ".join(f"{key} {value!r} (expected {expected[key]!r})" for key, value in wrong.items())
     function = REACHED_BY.get(e.point, "observe")
-    return f"at the nemesis the shop showed {shown}", function
+    return (f"at the nemesis the shop showed {shown}, so the old worker's pass did not get there as the reference "
+            "does (or this machine was too slow for the lease)", function)
 
 
 def _one_order(e: Any) -> tuple[str, str] | None:

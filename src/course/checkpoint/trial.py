@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
@@ -31,7 +32,7 @@ from course.checkpoint.cases import (
 from course.checkpoint.crashpoints import POINTS, SUPPLIER_POINT, policy_for
 from course.checkpoint.evidence import CaseEvidence, count_supplier, exit_signal, work_state
 from course.checkpoint.model import CountingModel
-from course.checkpoint.processes import WorkerFailed
+from course.checkpoint.processes import START_TIMEOUT, WorkerFailed
 from course.learner import NotImplementedYet
 from reference_organizations.store.agent import OfflineShopModel
 from sovereign_agent.children import alive
@@ -39,6 +40,10 @@ from sovereign_agent.children import alive
 SIGKILL, SIGSTOP = "SIGKILL", "SIGSTOP"
 NEMESES = (SIGKILL, SIGSTOP)
 POINT_TIMEOUT = 10.0  # bound on the old worker's way from "go" to its crash point (after its lease began)
+# At most this many old workers run their pass (claim to crash point, ~0.1 s) at once. Side by
+# side on two cores, a pass starved for over a second would reach the supplier with less lease
+# left than its timeout, and the fence (rightly) refuses to send: the crash would miss its point.
+PASSING = threading.BoundedSemaphore(2)
 
 
 @dataclass(frozen=True)
@@ -111,9 +116,11 @@ def run_trial(spec: TrialSpec, setting: Setting, *, seed: int | None = None) -> 
 
 def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvidence) -> None:
     worker, supplier = prepared.worker, prepared.supplier
-    worker.send({"do": "pass", "point": spec.point, "endpoint": supplier.endpoint, "identity": supplier.identity,
-                 "timeout": round(setting.lease / 3, 3)})
-    _wait_for_point(spec, prepared, evidence)
+    worker.request({"do": "ping"}, timeout=START_TIMEOUT)  # loaded: its imports cannot eat the lease
+    with PASSING:
+        worker.send({"do": "pass", "point": spec.point, "endpoint": supplier.endpoint,
+                     "identity": supplier.identity, "timeout": round(setting.lease / 4, 3)})
+        _wait_for_point(spec, prepared, evidence)
     if spec.jitter > 0:
         time.sleep(spec.jitter)
     evidence.at_crash = _state(prepared.database, prepared.ledger, evidence.work_id)

@@ -18,7 +18,8 @@ therefore start the process early and decide exactly when the lease begins. Then
                                                then crash: the parent kills us mid-request)
     {"do": "exit"}
 
-The crash matrix uses one other first command instead of `claim`:
+The crash matrix uses two other commands instead of `claim`: {"do": "ping"} (answered once the
+worker has loaded), then
 
     {"do": "pass", "point": P, "endpoint": URL, "identity": I, "timeout": S}   one whole worker
                                                pass that stops at crash point P (ready record),
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             what = command.get("do")
             if held is None and what == "pass":  # the crash matrix: one whole pass, see crashpoints
                 _reply(replies, _pass(args, loaded, record, command, commands))
+                continue
+            if held is None and what == "ping":  # answered once everything is imported and open
+                _reply(replies, {"do": "ping", "loaded_at": record["loaded_at"]})
                 continue
             if held is None and what == "exit":
                 _exit(replies, loaded[1])
