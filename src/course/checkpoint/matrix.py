@@ -28,7 +28,7 @@ from course.checkpoint.trial import NEMESES, TrialEvidence, TrialSpec, run_trial
 from course.learner import LearnerCodeError, describe, load_implementation
 
 PARALLEL = 8
-MAX_JITTER = 0.1  # seconds; well below the old worker's supplier timeout (lease / 4), so the crash still lands
+MAX_JITTER = 0.1  # seconds; well below the old worker's supplier timeout, so the crash still lands
 
 
 class MatrixResult(list):

@@ -117,9 +117,13 @@ def run_trial(spec: TrialSpec, setting: Setting, *, seed: int | None = None) -> 
 def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvidence) -> None:
     worker, supplier = prepared.worker, prepared.supplier
     worker.request({"do": "ping"}, timeout=START_TIMEOUT)  # loaded: its imports cannot eat the lease
+    # The old worker's supplier timeout: admission needs more lease left than that. At
+    # `supplier-committed` the worker waits for the held answer until it times out, and the
+    # nemesis must land first: half the lease (as the checkpoint's accepted_then_crash case).
+    timeout = setting.lease / (2 if spec.point == SUPPLIER_POINT else 4)
     with PASSING:
         worker.send({"do": "pass", "point": spec.point, "endpoint": supplier.endpoint,
-                     "identity": supplier.identity, "timeout": round(setting.lease / 4, 3)})
+                     "identity": supplier.identity, "timeout": round(timeout, 3)})
         _wait_for_point(spec, prepared, evidence)
     if spec.jitter > 0:
         time.sleep(spec.jitter)
