@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import ExitStack, closing
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,7 +221,7 @@ def run_prepared(
     started = time.monotonic()
     evidence.started_at = time.time()
     completed = False
-    try:
+    with recorded(prepared):
         try:
             prepared.started()
             if prepared.error is not None:
@@ -249,21 +249,28 @@ def run_prepared(
                 prepared.release()
             else:
                 prepared.close()
-    except NotImplementedYet as missing:
-        evidence.failures.append(str(missing))
-    except (Abort, WorkerFailed) as stopped:
+    _count(evidence, prepared.database, prepared.ledger)
+    evidence.wall_seconds = time.monotonic() - started
+    return evidence
+
+
+@contextmanager
+def recorded(prepared: Prepared, what: str = "case") -> Iterator[None]:
+    """A case (or crash trial) that stops becomes its explanation; how its old worker ended (exit
+    status, the signals it was sent) is recorded whatever happened."""
+    evidence = prepared.evidence
+    try:
+        yield
+    except (NotImplementedYet, Abort, WorkerFailed) as stopped:
         evidence.failures.append(str(stopped))
     except Exception as error:  # anything else: say what, keep the other cases running
-        evidence.failures.append(f"the case stopped unexpectedly: {type(error).__name__}: {error}")
+        evidence.failures.append(f"the {what} stopped unexpectedly: {type(error).__name__}: {error}")
     finally:
         if prepared.worker is not None:
             evidence.worker_exit = prepared.worker.process.returncode
             evidence.worker_signal = exit_signal(evidence.worker_exit)
             for sent in prepared.worker.signals:
                 evidence.mark("old worker", sent["what"], sent["at"], signal=sent["signal"])
-    _count(evidence, prepared.database, prepared.ledger)
-    evidence.wall_seconds = time.monotonic() - started
-    return evidence
 
 
 # --- steps shared by the cases ---------------------------------------------------------------

@@ -155,7 +155,8 @@ def old_worker_pass(db: Any, ownership: Ownership, command: dict[str, Any], *, o
     client = SupplierClient(command["endpoint"], identity=command["identity"], timeout=float(command["timeout"]))
     try:
         outcome = run_once(db, OfflineShopModel(), owner=owner, policy=policy_for(db),
-                           supplier=HookedSupplier(client, hook), ownership=instrument(ownership, hook=hook, lease=lease))
+                           supplier=HookedSupplier(client, hook),
+                           ownership=instrument(ownership, hook=hook, lease=lease))
     except Exception as error:  # a refusal (PermissionError) is the expected end after a takeover
         return {"do": "pass", "point": command["point"], "reached": hook.reached,
                 "error": f"{type(error).__name__}: {error}", "ended_at": time.time()}

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from course.checkpoint.cases import Setting
 from course.checkpoint.crashpoints import POINTS, instrument
+from course.checkpoint.run import Checkpoint
 from course.checkpoint.trial import NEMESES, TrialEvidence, TrialSpec, run_trial
 from course.learner import LearnerCodeError, describe, load_implementation
 
@@ -31,16 +32,10 @@ PARALLEL = 8
 MAX_JITTER = 0.1  # seconds; well below the old worker's supplier timeout, so the crash still lands
 
 
-class MatrixResult(list):
+class MatrixResult(Checkpoint):
     """TrialEvidence, one per trial in spec order, plus the run's own measurements."""
 
-    wall_seconds: float = 0.0
     seed: int | None = None
-    folder: Path | None = None
-
-    @property
-    def passed(self) -> bool:
-        return bool(self) and all(trial.passed for trial in self)
 
     @property
     def violations(self) -> int:
@@ -50,14 +45,6 @@ class MatrixResult(list):
     def lease_waited_seconds(self) -> float:
         """The SUM of every trial's real lease interval [claim, expires] (they overlap in time)."""
         return sum(trial.lease_waited_seconds or 0.0 for trial in self)
-
-    @property
-    def ratio(self) -> float | None:
-        waited = self.lease_waited_seconds
-        return self.wall_seconds / waited if waited > 0 else None
-
-    def to_json(self) -> list[dict]:
-        return [trial.to_json() for trial in self]
 
 
 def matrix_specs(points: Iterable[str] = POINTS, nemeses: Iterable[str] = NEMESES) -> list[TrialSpec]:
@@ -158,7 +145,8 @@ def table(result: MatrixResult) -> str:
 def figures(result: MatrixResult) -> str:
     ratio = result.ratio
     return (f"{len(result) - result.violations}/{len(result)} trials passed, {result.violations} violation(s); "
-            f"wall time {result.wall_seconds:.2f} s, sum of real lease time waited {result.lease_waited_seconds:.2f} s; "
+            f"wall time {result.wall_seconds:.2f} s, "
+            f"sum of real lease time waited {result.lease_waited_seconds:.2f} s; "
             "wall time / lease time waited = " + (f"{ratio:.2f}" if ratio is not None else "n/a"))
 
 

@@ -28,12 +28,12 @@ from typing import Any
 
 from course.checkpoint.cases import (
     HOLD_SECONDS, SAME_LABEL, Abort, Setting, Stage, _count, _jsonable, _wait_for_expiry, _worker_pass, prepare,
+    recorded,
 )
 from course.checkpoint.crashpoints import POINTS, SUPPLIER_POINT, policy_for
-from course.checkpoint.evidence import CaseEvidence, count_supplier, exit_signal, work_state
+from course.checkpoint.evidence import CaseEvidence, count_supplier, work_state
 from course.checkpoint.model import CountingModel
 from course.checkpoint.processes import START_TIMEOUT, WorkerFailed
-from course.learner import NotImplementedYet
 from reference_organizations.store.agent import OfflineShopModel
 from sovereign_agent.children import alive
 
@@ -90,23 +90,13 @@ def run_trial(spec: TrialSpec, setting: Setting, *, seed: int | None = None) -> 
     prepared.evidence = evidence
     started = time.monotonic()
     evidence.started_at = time.time()
-    try:
+    with recorded(prepared, "trial"):
         try:
             if prepared.error is not None:
                 raise Abort(prepared.error)
             _steps(spec, setting, prepared, evidence)
         finally:
             prepared.close()
-    except (Abort, WorkerFailed, NotImplementedYet) as stopped:
-        evidence.failures.append(str(stopped))
-    except Exception as error:  # anything else: say what, keep the other trials running
-        evidence.failures.append(f"the trial stopped unexpectedly: {type(error).__name__}: {error}")
-    finally:
-        if prepared.worker is not None:
-            evidence.worker_exit = prepared.worker.process.returncode
-            evidence.worker_signal = exit_signal(evidence.worker_exit)
-            for sent in prepared.worker.signals:
-                evidence.mark("old worker", sent["what"], sent["at"], signal=sent["signal"])
     evidence.left_running = [pid for pid in (evidence.worker_pid, evidence.supplier_pid) if pid and alive(pid)]
     _facts(evidence, prepared.database)
     _count(evidence, prepared.database, prepared.ledger)
