@@ -23,7 +23,7 @@ from course.checkpoint.crashpoints import POINTS
 from course.checkpoint.invariants import INVARIANTS
 from course.checkpoint.matrix import MAX_JITTER, matrix_specs, run_matrix, soak_specs
 from course.checkpoint.trial import NEMESES, TrialSpec
-from test_checkpoint import OWNER_ONLY, RIGHT, UNFENCED_FINISH, recorded_pids, write_learner
+from test_checkpoint import OWNER_ONLY, RIGHT, STUB_CLASS, UNFENCED_FINISH, recorded_pids, stub, write_learner
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "checkpoints" / "ch12_crash_matrix.py"
@@ -120,3 +120,20 @@ def test_a_missing_notebook_fails_every_trial_with_one_clear_sentence(tmp_path):
     (folder / "03_recovery.ipynb").unlink()
     (trial,) = run_matrix([TrialSpec("claimed", "SIGKILL")], folder)
     assert not trial.passed and "missing notebook" in trial.failures[0] and "03_recovery.ipynb" in trial.failures[0]
+
+
+def test_the_explorer_runs_my_functions_and_explains_a_stub_in_its_grid(tmp_path, monkeypatch):
+    from course.checkpoint.explorer import MINE, Explorer
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    stubs = {grade_id: stub(source) for grade_id, source in RIGHT.items()} | {"claim_dataclass": STUB_CLASS}
+    explorer = Explorer(write_learner(tmp_path / "release", stubs), lease_seconds=2.0)
+    explorer.point.value, explorer.nemesis.value = "observed-2", "SIGKILL"
+    assert explorer.whose.value == MINE  # a learner's own functions come first
+    trial = explorer.run_trial()
+    assert not trial.passed and "not implemented yet: claim" in trial.failures[0]
+    assert explorer.status.value.startswith("<b>FAIL</b>") and not explorer.run_one.disabled
+    assert bytes(explorer.picture.value).startswith(b"\x89PNG")  # the timeline, even of a trial that stopped
+    assert "not implemented yet: claim" in explorer.evidence.value
+    assert "FAIL" in explorer.cells[("observed-2", "SIGKILL")].value
+    assert_nothing_left(tmp_path, recorded_pids([trial]))
