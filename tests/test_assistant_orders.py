@@ -435,3 +435,25 @@ def test_order_to_continue_takes_what_needs_recovery_before_anything_newer(db, p
     assert supplier.calls == [
         ("order", rejected), ("order", confirmed), ("order", uncertain), ("lookup", uncertain), ("order", pending),
     ]
+
+
+def test_a_holder_that_times_out_after_its_replacement_settled_writes_nothing(db, policy):
+    """The late 'unknown' note is unfenced on purpose; once the order is settled it must leave no
+    row behind, or a stale generation would have written after the takeover (crash matrix:
+    supplier-committed with SIGSTOP)."""
+    work = held_work(db, ttl=60)
+    order = approved_vanilla(db, policy, work)
+
+    class AnswerNeverCame(FakeSupplier):
+        def order(self, operation, proposal):
+            super().order(operation, proposal)  # stored at the supplier
+            later = row(db, "assistant_work", work.id)["expires"] + 1  # meanwhile the lease ran out
+            replacement = claim(db, "replacement", now=later, recovery_only=True)
+            execute(db, replacement, order, self, policy=policy, now=later)  # looked up and settled
+            raise OutcomeUnknown("the old holder's answer never came")
+
+    with pytest.raises(OutcomeUnknown):
+        execute(db, work, order, AnswerNeverCame(), policy=policy)
+    assert row(db, "assistant_orders", order)["status"] == "CONFIRMED"
+    assert count(db, "events", "kind='assistant.order.unknown'") == 0
+    assert money(db) == (0, 1500)

@@ -167,8 +167,14 @@ def execute(
         receipt = supplier.order(order_id, json.loads(order["proposal"]))
     except OutcomeUnknown:
         with db.immediate() as connection:
-            connection.execute("UPDATE assistant_orders SET status='UNKNOWN' WHERE id=? AND status='SENDING'", (order_id,))
-            append_event(db, "assistant.order.unknown", {"order": order_id, "generation": work.generation})
+            # Unfenced on purpose (a timed-out holder may be stale by now), so it only ever
+            # downgrades SENDING; once a replacement settled the order it changes nothing, and a
+            # stale generation then leaves no event behind either.
+            marked = connection.execute(
+                "UPDATE assistant_orders SET status='UNKNOWN' WHERE id=? AND status='SENDING'", (order_id,)
+            ).rowcount
+            if marked:
+                append_event(db, "assistant.order.unknown", {"order": order_id, "generation": work.generation})
         raise
     except SupplierRefused as refusal:
         # An answer, not a silence: left SENDING, the order would keep its reservation and be

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import ExitStack, closing
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,15 +134,25 @@ class Stage:
     while_waiting: Callable[[], None] | None = None
 
 
-def prepare(name: str, setting: Setting, spawner: Executor | None = None) -> Prepared:
+def prepare(
+    name: str,
+    setting: Setting,
+    spawner: Executor | None = None,
+    *,
+    title: str | None = None,
+    owner: str | None = None,
+    switches: dict[str, Any] | None = None,
+) -> Prepared:
     """A fresh shop database with one vanilla assignment, then the worker and the supplier
     processes (the supplier starts while the worker loads). Nothing is claimed yet.
 
     With a `spawner` (an executor whose single thread outlives every child: PR_SET_PDEATHSIG
     belongs to the thread that spawned), the processes start in the background and this
-    returns at once. A broken set-up is recorded for the case to report.
+    returns at once. A broken set-up is recorded for the case to report. `title`, `owner` and
+    the supplier's `switches` default to the named case's; the crash matrix sets its own.
     """
-    evidence = CaseEvidence(case=name, title=TITLES[name], implementation=setting.label, lease_seconds=setting.lease)
+    evidence = CaseEvidence(case=name, title=title or TITLES[name], implementation=setting.label,
+                            lease_seconds=setting.lease)
     folder = setting.folder / name
     folder.mkdir(parents=True)
     prepared = Prepared(name, evidence, folder, folder / "agent.sqlite", folder / "supplier.sqlite", ExitStack())
@@ -156,15 +166,17 @@ def prepare(name: str, setting: Setting, spawner: Executor | None = None) -> Pre
         prepared.error = f"the case could not be set up: {type(error).__name__}: {error}"
         return prepared
     if spawner is None:
-        _start_processes(prepared, setting)
+        _start_processes(prepared, setting, owner, switches)
     else:
-        prepared.starting = spawner.submit(_start_processes, prepared, setting)
+        prepared.starting = spawner.submit(_start_processes, prepared, setting, owner, switches)
     return prepared
 
 
-def _start_processes(prepared: Prepared, setting: Setting) -> None:
+def _start_processes(
+    prepared: Prepared, setting: Setting, owner: str | None = None, switches: dict[str, Any] | None = None
+) -> None:
     evidence, began = prepared.evidence, time.monotonic()
-    owner = SAME_LABEL if prepared.name == PAUSED else "old-worker"
+    owner = owner or (SAME_LABEL if prepared.name == PAUSED else "old-worker")
     try:
         prepared.worker = prepared.stack.enter_context(WorkerProcess(
             prepared.folder, database=prepared.database, implementation=setting.worker_implementation,
@@ -172,10 +184,9 @@ def _start_processes(prepared: Prepared, setting: Setting) -> None:
         ))
         evidence.worker_pid, evidence.worker_owner = prepared.worker.pid, owner
         evidence.mark("old worker", "process started", prepared.worker.started_at)
-        switches: dict[str, Any] = {}
-        if prepared.name == ACCEPTED_THEN_CRASH:
+        if switches is None and prepared.name == ACCEPTED_THEN_CRASH:
             switches = {"hold_seconds": HOLD_SECONDS, "committed_file": prepared.folder / "committed.json"}
-        prepared.supplier = prepared.stack.enter_context(start_supplier(prepared.ledger, **switches))
+        prepared.supplier = prepared.stack.enter_context(start_supplier(prepared.ledger, **(switches or {})))
         evidence.supplier_pid = prepared.supplier.pid
         evidence.mark("supplier", "listening", time.time())
     except Exception as error:
@@ -210,7 +221,7 @@ def run_prepared(
     started = time.monotonic()
     evidence.started_at = time.time()
     completed = False
-    try:
+    with recorded(prepared):
         try:
             prepared.started()
             if prepared.error is not None:
@@ -238,21 +249,28 @@ def run_prepared(
                 prepared.release()
             else:
                 prepared.close()
-    except NotImplementedYet as missing:
-        evidence.failures.append(str(missing))
-    except (Abort, WorkerFailed) as stopped:
+    _count(evidence, prepared.database, prepared.ledger)
+    evidence.wall_seconds = time.monotonic() - started
+    return evidence
+
+
+@contextmanager
+def recorded(prepared: Prepared, what: str = "case") -> Iterator[None]:
+    """A case (or crash trial) that stops becomes its explanation; how its old worker ended (exit
+    status, the signals it was sent) is recorded whatever happened."""
+    evidence = prepared.evidence
+    try:
+        yield
+    except (NotImplementedYet, Abort, WorkerFailed) as stopped:
         evidence.failures.append(str(stopped))
     except Exception as error:  # anything else: say what, keep the other cases running
-        evidence.failures.append(f"the case stopped unexpectedly: {type(error).__name__}: {error}")
+        evidence.failures.append(f"the {what} stopped unexpectedly: {type(error).__name__}: {error}")
     finally:
         if prepared.worker is not None:
             evidence.worker_exit = prepared.worker.process.returncode
             evidence.worker_signal = exit_signal(evidence.worker_exit)
             for sent in prepared.worker.signals:
                 evidence.mark("old worker", sent["what"], sent["at"], signal=sent["signal"])
-    _count(evidence, prepared.database, prepared.ledger)
-    evidence.wall_seconds = time.monotonic() - started
-    return evidence
 
 
 # --- steps shared by the cases ---------------------------------------------------------------

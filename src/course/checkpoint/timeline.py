@@ -3,9 +3,10 @@
 Lanes: the old worker, the replacement (the parent process) and the supplier. Bars are the
 holdings: the old worker's lease from its claim to the row's `expires`, the replacement's
 holding from its claim to its completion. Marks: kill, pause and resume (signals the parent
-sent), the old worker's write attempts (refused or accepted, as it reported them), the
-supplier's requests (from its ledger), and the shop's events placed on the lane of the
-generation that wrote them (from the events table). Nothing on the figure is typed in by hand.
+sent), the crash point (crash matrix), the old worker's write attempts (refused or accepted, as
+it reported them), the supplier's requests (from its ledger), and the shop's events placed on
+the lane of the generation that wrote them (from the events table). Nothing on the figure is
+typed in by hand.
 
 The figure is drawn on a matplotlib Figure with the Agg canvas, never through pyplot's global
 backend, so it works headless and does not disturb a notebook's backend; in a notebook the
@@ -138,6 +139,11 @@ def _panel(ax: Any, case: Any) -> None:
             label = f"order committed (POST {mark['status']})" if post else f"lookup (GET {mark['status']})"
             ax.annotate(label, (x(at), lane), xytext=(6, 6 if post else -13), textcoords="offset points",
                         fontsize=8)
+        elif "crash_point" in mark:  # the crash matrix: where the old worker stopped itself
+            ax.axvline(x(at), color="#b00000", linestyle=":", linewidth=1.5)
+            ax.plot(x(at), lane, "P", color="#b00000", markersize=10)
+            ax.annotate(f"crash point: {mark['crash_point']}", (x(at), lane), xytext=(6, 21),
+                        textcoords="offset points", fontsize=8, color="#b00000", fontweight="bold")
         elif what.startswith("competing claim"):
             ax.plot(x(at), lane, "v", color="black", markersize=6)
             ax.annotate(what, (x(at), lane), xytext=(6, 6), textcoords="offset points", fontsize=7)

@@ -18,6 +18,14 @@ therefore start the process early and decide exactly when the lease begins. Then
                                                then crash: the parent kills us mid-request)
     {"do": "exit"}
 
+The crash matrix uses two other commands instead of `claim`: {"do": "ping"} (answered once the
+worker has loaded), then
+
+    {"do": "pass", "point": P, "endpoint": URL, "identity": I, "timeout": S}   one whole worker
+                                               pass that stops at crash point P (ready record),
+                                               then waits for {"do": "go"}; answered when the
+                                               pass ends (see crashpoints.py)
+
 Each command is answered by one JSON line on stdout; anything else the loaded code prints goes
 to stderr. The command channel is a named pipe that only the parent holds open for writing
 (children.spawn gives every child /dev/null as stdin, so no child competes with a kernel for
@@ -56,8 +64,17 @@ def main(argv: list[str] | None = None) -> int:
             return _ready(args, record, error)
         record["loaded_at"] = time.time()
         held: Held | None = None
-        for command in _commands(channel, args.idle_timeout):
+        commands = _commands(channel, args.idle_timeout)
+        for command in commands:
             what = command.get("do")
+            if held is None and what == "pass":  # the crash matrix: one whole pass, see crashpoints
+                _reply(replies, _pass(args, loaded, record, command, commands))
+                continue
+            if held is None and what == "ping":  # answered once everything is imported and open
+                _reply(replies, {"do": "ping", "loaded_at": record["loaded_at"]})
+                continue
+            if held is None and what == "exit":
+                _exit(replies, loaded[1])
             if held is None:
                 if what != "claim":
                     _reply(replies, {"do": what, "error": "nothing is held yet: send claim first"})
@@ -68,15 +85,35 @@ def main(argv: list[str] | None = None) -> int:
                     return _ready(args, record, error)
                 _ready(args, record, None)
             elif what == "exit":
-                held.db.close()
-                _reply(replies, {"do": "exit", "pid": os.getpid()})
-                sys.stderr.flush()
-                os._exit(0)  # everything is closed; skip interpreter teardown (it only costs time)
+                _exit(replies, held.db)
             else:
                 _reply(replies, _handle(command, held))
         return 0  # end of file (the parent closed the channel or died) or idle timeout
     finally:
         os.close(channel)
+
+
+def _exit(replies: Any, db: Any) -> None:
+    db.close()
+    _reply(replies, {"do": "exit", "pid": os.getpid()})
+    sys.stderr.flush()
+    os._exit(0)  # everything is closed; skip interpreter teardown (it only costs time)
+
+
+def _pass(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, Any], command: dict[str, Any],
+          commands: Iterator[dict[str, Any]]) -> dict[str, Any]:
+    """Run one whole pass that stops at the crash point: the ready record says where it stands,
+    then the worker waits for {"do": "go"} (after SIGCONT) or dies (SIGKILL, end-of-file)."""
+    from course.checkpoint.crashpoints import old_worker_pass
+
+    def stop(point: str) -> None:
+        record.update(point=point, reached_at=time.time())
+        _ready(args, record, None)
+        if next(commands, {}).get("do") != "go":
+            os._exit(0)  # the parent is gone, closed the channel or said something else: stop here
+
+    ownership, db = loaded
+    return old_worker_pass(db, ownership, command, owner=args.owner, lease=args.lease, stop=stop)
 
 
 def _ready(args: argparse.Namespace, record: dict[str, Any], error: BaseException | None) -> int:
@@ -104,7 +141,9 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     Everything a later command needs is imported here, before the lease exists, so that no
     command pays for an import while the parent measures the experiment.
     """
+    import course.checkpoint.crashpoints  # noqa: F401
     import reference_organizations.store.agent  # noqa: F401
+    import reference_organizations.store.assistant  # noqa: F401
     import reference_organizations.store.supplier  # noqa: F401
     import sovereign_agent.assistant_orders  # noqa: F401
     from course.learner import load_ownership
