@@ -9,12 +9,14 @@ observation cells, instead of failing with whatever the stub happens to cause.
 `unexpected` lets it say when the learner's code made it disagree with the text around it.
 `differences` names the fields in which a returned value differs from the expected one.
 `fresh_shop` gives every cell its own seeded database, so cells do not depend on each other's
-leftovers. `forced_race` is the harness behind the race in `01_claims`.
+leftovers. `forced_race` (01_claims) and `between_check_and_write` (02_fencing) are the
+harnesses that force an unlucky interleaving, built on `interleave`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import tempfile
 import textwrap
 import threading
@@ -111,53 +113,87 @@ def fresh_shop(prefix: str = "lucy-ch12-") -> Database:
     return db
 
 
-def forced_race(location: str | Path, take: Callable[..., Any], *, now: float | None = None,
-                pause: float = 0.5) -> dict[str, Any]:
-    """Worker A and worker B call take(db, owner, now=now), each on its own connection.
+def interleave(connection: sqlite3.Connection, first: Callable[[], Any], location: str | Path,
+               second: Callable[[Database], Any], *, pause: float = 0.5) -> dict[str, Any]:
+    """Run `first()`, which works on `connection`; at the moment it has read assistant_work and
+    is about to begin or make a write, run `second(other)` on a new connection to `location` in
+    another thread, and let `first` wait for it (at most `pause` seconds).
 
-    B is released exactly between A's read of assistant_work and A's first write (A watches its
-    own SQL through sqlite3's trace callback and waits at most `pause` seconds for B).
-    Returns {"A": ..., "B": ..., "B waited": seconds B spent inside take}; B's error is raised.
+    Returns {"first": ..., "second": ..., "second waited": seconds `second` spent}. An error in
+    `first` propagates; an error in `second` is raised after `first` has finished.
     """
     ready, go, done = threading.Event(), threading.Event(), threading.Event()
-    held: dict[str, Any] = {}
+    box: dict[str, Any] = {}
 
-    def worker_b() -> None:
-        rival = Database(location)  # a connection belongs to the thread that opens it
+    def rival() -> None:
+        other = Database(location)  # a connection belongs to the thread that opens it
         ready.set()
         go.wait(10)
         started = time.monotonic()
         try:
-            held["B"] = take(rival, "worker-B", now=now)
+            box["second"] = second(other)
         except BaseException as error:  # handed to the caller below
-            held["B error"] = error
+            box["second error"] = error
         finally:
-            held["B waited"] = time.monotonic() - started
-            rival.close()
+            box["second waited"] = time.monotonic() - started
+            other.close()
             done.set()
 
-    def hold_a_between_read_and_write(statement: str) -> None:
+    def hold_between_read_and_write(statement: str) -> None:
         verb = (statement.split() or [""])[0].upper()
         if verb == "SELECT" and "assistant_work" in statement:
-            held["A has read"] = True
-        elif held.get("A has read") and verb in {"BEGIN", "UPDATE", "INSERT"} and not go.is_set():
+            box["has read"] = True
+        elif box.get("has read") and verb in {"BEGIN", "UPDATE", "INSERT"} and not go.is_set():
             go.set()
             done.wait(pause)
 
-    thread = threading.Thread(target=worker_b, daemon=True)
+    thread = threading.Thread(target=rival, daemon=True)
     thread.start()
     ready.wait(10)
-    a = Database(location)
-    a.connection.set_trace_callback(hold_a_between_read_and_write)
+    connection.set_trace_callback(hold_between_read_and_write)
     try:
-        held["A"] = take(a, "worker-A", now=now)
+        box["first"] = first()
     finally:
+        connection.set_trace_callback(None)
         go.set()
         thread.join(15)
+    if "second error" in box:
+        raise box["second error"]
+    return box
+
+
+def forced_race(location: str | Path, take: Callable[..., Any], *, now: float | None = None,
+                pause: float = 0.5) -> dict[str, Any]:
+    """Worker A and worker B call take(db, owner, now=now), each on its own connection.
+
+    B is released exactly between A's read of assistant_work and A's first write, and A waits
+    for B at most `pause` seconds. Returns {"A": ..., "B": ..., "B waited": seconds B spent
+    inside take}; B's error is raised.
+    """
+    a = Database(location)
+    try:
+        box = interleave(a.connection, lambda: take(a, "worker-A", now=now), location,
+                         lambda rival: take(rival, "worker-B", now=now), pause=pause)
+    finally:
         a.close()
-    if "B error" in held:
-        raise held["B error"]
-    return held
+    return {"A": box["first"], "B": box["second"], "B waited": box["second waited"]}
+
+
+def between_check_and_write(db: Database, write: Callable[[], Any], takeover: Callable[[Database], Any],
+                            *, pause: float = 0.5) -> dict[str, Any]:
+    """Run write() on `db`; between its check (a read of assistant_work) and its write, run
+    takeover(other) on a second connection. Returns {"write": "accepted" or "refused",
+    "rival": what takeover returned}."""
+
+    def attempt() -> str:
+        try:
+            write()
+        except PermissionError:
+            return "refused"
+        return "accepted"
+
+    box = interleave(db.connection, attempt, db.path, takeover, pause=pause)
+    return {"write": box["first"], "rival": box.get("second")}
 
 
 def race_claims(location: str | Path, claim: Callable[..., Any], *, now: float | None = None) -> dict[str, Any]:
@@ -173,3 +209,61 @@ def race_claims(location: str | Path, claim: Callable[..., Any], *, now: float |
                     "worker had committed; take the write lock before the first read with db.immediate().")
         raise CheckFailed(f"The forced race raised {type(error).__name__}: {error}; expected each worker to "
                           f"get a claim or None.{hint}") from None
+
+
+class _WorkerDied(BaseException):
+    """A worker that dies right after admission, before its request leaves: the order stays SENDING."""
+
+
+class ScriptedSupplier:
+    """A supplier that answers every order the same way: "ACCEPTED" or "REJECTED" (a receipt),
+    "lost" (the answer never arrives: OutcomeUnknown) or "crash" (the worker dies while sending).
+    Lookups find nothing."""
+
+    timeout, idempotent = 1.0, True
+
+    def __init__(self, answer: str) -> None:
+        from reference_organizations.store.agent import SUPPLIER_IDENTITY
+
+        self.identity, self.answer = SUPPLIER_IDENTITY, answer
+
+    def lookup(self, operation: str) -> None:
+        return None
+
+    def order(self, operation: str, proposal: Any) -> dict[str, Any]:
+        from sovereign_agent.suppliers import OutcomeUnknown
+
+        if self.answer == "lost":
+            raise OutcomeUnknown("no answer")
+        if self.answer == "crash":
+            raise _WorkerDied()
+        return {"operation": operation, "status": self.answer, "supplier": self.identity}
+
+
+ORDER_STATES = {"APPROVED": None, "SENDING": "crash", "UNKNOWN": "lost", "CONFIRMED": "ACCEPTED", "REJECTED": "REJECTED"}
+
+
+def order_in_state(state: str) -> tuple[Database, Any, str]:
+    """(db, claim, order id): a fresh shop whose one assignment holds a Lucy-approved order that
+    the runtime's own functions drove into `state` (one of ORDER_STATES)."""
+    from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY
+    from sovereign_agent.assistant_orders import SpendingPolicy, approve, execute, propose
+    from sovereign_agent.assistant_work import claim, enqueue
+    from sovereign_agent.suppliers import OutcomeUnknown
+
+    policy = SpendingPolicy(operators=frozenset({"lucy"}), total_pence=SPENDING_CEILING_PENCE)
+    db = fresh_shop()
+    enqueue(db, f"phone:{state}", f"van-{state}", f"Restock strawberry ({state})", subject="SKU-STRAWBERRY")
+    held = claim(db, f"worker-{state.lower()}", ttl=60)
+    order_id = propose(db, held, "SKU-STRAWBERRY", 4, target=SUPPLIER_IDENTITY)
+    digest = db.connection.execute("SELECT digest FROM assistant_orders WHERE id=?", (order_id,)).fetchone()[0]
+    approve(db, order_id, digest, actor="lucy", policy=policy, expires=time.time() + 600)
+    if ORDER_STATES[state] is not None:
+        try:
+            execute(db, held, order_id, ScriptedSupplier(ORDER_STATES[state]), policy=policy)
+        except (OutcomeUnknown, _WorkerDied):
+            pass
+    reached = db.connection.execute("SELECT status FROM assistant_orders WHERE id=?", (order_id,)).fetchone()[0]
+    if reached != state:
+        raise RuntimeError(f"set-up: the order is {reached}, not {state}")
+    return db, held, order_id
