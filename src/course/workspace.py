@@ -55,6 +55,8 @@ def jupyter_lab(root: Path, *, instructor: bool, extra: list[str] | None = None)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")  # as root (a container, say) JupyterLab insists on it
     env = dict(os.environ)
+    # nbgrader runs `alembic` (and Validate runs `nbgrader`) by name: the environment's scripts first
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *filter(None, env.get("PATH", "").split(os.pathsep))])
     if instructor:
         command += [f"--ServerApp.root_dir={root}", "--ServerApp.default_url=/formgrader"]
     else:
