@@ -99,3 +99,24 @@ def test_cleanup_ends_this_folders_processes_and_no_one_elses(tmp_path):
             if process.poll() is None:
                 process.kill()
             process.wait(5)
+
+
+def tracked_text_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [ROOT / name for name in listed.split() if (ROOT / name).suffix in {".py", ".md", ".ipynb", ".toml", ".yml", ""}]
+
+
+def test_the_docs_never_tell_anyone_to_pkill():
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    told = [(path.name, word) for path in documents for word in ("pkill", "killall")
+            if word in path.read_text(encoding="utf-8")]
+    assert told == []
+    assert "make cleanup" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_no_absolute_machine_path_in_the_project():
+    machine = re.compile(r"(?<![\w.])/(?:work|home|root|opt|usr/bin|tmp/pytest)/")
+    found = [f"{path.relative_to(ROOT)}: {match.group(0)}" for path in tracked_text_files() if path.is_file()
+             for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+             if not line.startswith("#!") for match in [machine.search(line)] if match]
+    assert found == []

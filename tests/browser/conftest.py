@@ -4,11 +4,11 @@
   free port, token-protected, serving a fresh temporary directory, with its own workspaces,
   settings, runtime, config, data and IPython directories. It is stopped at teardown (kernels
   included) and the teardown checks that no process it started is left behind.
-* ``browser_type_launch_args`` (overrides pytest-playwright's): launch /usr/bin/chromium; never a
-  downloaded browser (do not run ``playwright install``). If /usr/bin/chromium is missing the
-  browser tests are skipped, except when the ``CI`` environment variable is set: then they fail.
-
-* ``course_lab`` / ``LabServer(course=..., instructor=...)``: the same, but started with the
+* ``browser_type_launch_args`` (overrides pytest-playwright's): launch Debian's chromium, found on
+  PATH (or named by $CHROMIUM); never a downloaded browser (do not run ``playwright install``).
+  If it is missing the browser tests are skipped, except when the ``CI`` environment variable is
+  set: then they fail.
+* ``LabServer(base, course=..., instructor=...)``: a server like ``lab``, but started with the
   course's own command (``course.workspace.jupyter_lab``, what ``make lab`` and
   ``make formgrader`` run) on a copy of the course.
 
