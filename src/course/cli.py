@@ -124,7 +124,7 @@ def grades(output: Path) -> None:
     commands.export_grades(output)
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="The course folder.")
 @click.argument("jupyter_args", nargs=-1, type=click.UNPROCESSED)
@@ -141,7 +141,7 @@ def lab(root: Path, jupyter_args: tuple[str, ...]) -> None:
     os.execve(command[0], command, env)
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="The course folder (holds nbgrader_config.py).")
 @click.argument("jupyter_args", nargs=-1, type=click.UNPROCESSED)
