@@ -65,24 +65,24 @@ def record(notebook: Path, source: str, names: set[str], at: float | None = None
     return defined
 
 
-def watch(names: set[str] | None = None) -> bool:
+def watch(names: set[str] | None = None) -> None:
     """In a JupyterLab kernel, record every successful cell that defines one of `names`
-    (default: the graded names of this notebook). Returns whether the kernel is watched."""
+    (default: the graded names of this notebook). Elsewhere, and when already watching, nothing."""
     session = os.environ.get("JPY_SESSION_NAME")
     try:
         from IPython import get_ipython
     except ImportError:
-        return False
+        return
     shell = get_ipython()
     if not session or shell is None or session in _watching:
-        return bool(session) and session in _watching
+        return
     notebook = Path(session)
     if names is None:
         from course.learner import GRADED_CELLS
 
         names = {name for _, name in GRADED_CELLS.get(notebook.name, ())}
     if not names:
-        return False
+        return
 
     def after_cell(result: Any) -> None:
         if result.success and result.info is not None:
@@ -93,4 +93,3 @@ def watch(names: set[str] | None = None) -> bool:
 
     shell.events.register("post_run_cell", after_cell)
     _watching.add(session)
-    return True

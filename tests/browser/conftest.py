@@ -323,3 +323,25 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
             warnings.warn(
                 "JupyterLab did not shut down cleanly; killed: " + "; ".join(server.forced_kills)
             )
+
+
+@pytest.fixture
+def learner_lab(tmp_path_factory: pytest.TempPathFactory):
+    """The learner's JupyterLab as `make lab` starts it, on a copy of the course: rooted at the
+    working copy (my-work/ch12), with the learner settings (Validate, no instructor tools)."""
+    from course.workspace import working_copy
+
+    base = tmp_path_factory.mktemp("learner-lab")
+    course = base / "course"
+    for part in ("notebooks", "jupyter"):
+        shutil.copytree(REPO_ROOT / part, course / part)
+    shutil.copy(REPO_ROOT / "nbgrader_config.py", course)
+    working_copy(course)
+    server = LabServer(base / "server", course=course, instructor=False)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        if server.forced_kills:
+            warnings.warn("JupyterLab did not shut down cleanly; killed: " + "; ".join(server.forced_kills))

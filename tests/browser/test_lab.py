@@ -362,10 +362,14 @@ def solution_notebook() -> Path:
 # --------------------------------------------------------------------------------------------
 
 
-def test_learner_release_runs_in_lab(learner_notebook, lab, page, output_path):
+def test_learner_release_runs_in_lab(learner_notebook, learner_lab, page, output_path):
+    lab = learner_lab  # what `make lab` starts: the working copy, no instructor tools
     run = run_notebook_in_lab(lab, page, learner_notebook)
     scroll_notebook_to_top(page)
     screenshot(page, output_path, "learner-run-all.png")
+    menus = page.eval_on_selector_all(MENU_BAR_ITEM, "els => els.map(e => e.textContent.trim())")
+    assert "Run" in menus and "Nbgrader" not in menus, menus
+    assert page.get_by_text("Create Assignment").count() == 0
     # Validate before asserting, so that one run reports both.
     kind, text = validate_in_lab(page)
     overflowing = dialog_lines_cut_off(page)
