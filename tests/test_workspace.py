@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from browser.conftest import LabServer
+from browser.conftest import LabServer, copy_course
 from course.cleanup import cleanup
 from course.workspace import working_copy
 
@@ -30,10 +30,7 @@ RELEASE = sorted(path.name for path in (ROOT / "notebooks" / "ch12").glob("*.ipy
 
 def course_copy(folder: Path) -> Path:
     """What a learner's clone holds that matters here: the release, the Jupyter and nbgrader settings."""
-    for part in ("notebooks", "jupyter"):
-        shutil.copytree(ROOT / part, folder / part)
-    shutil.copy(ROOT / "nbgrader_config.py", folder)
-    return folder
+    return copy_course(folder, "notebooks", "jupyter")
 
 
 def test_the_working_copy_is_created_once_and_never_overwritten(tmp_path):
@@ -59,9 +56,7 @@ def test_the_working_copy_is_ignored_by_git():
 def test_the_learner_lab_serves_the_working_copy_without_instructor_tools(tmp_path):
     root = course_copy(tmp_path / "course")
     working_copy(root)
-    server = LabServer(tmp_path / "server", course=root, instructor=False)
-    try:
-        server.start()
+    with LabServer(tmp_path / "server", course=root, instructor=False).running() as server:
         listed = sorted(item["name"] for item in server.api("GET", "api/contents")["content"])
         assert listed == RELEASE
         with pytest.raises(urllib.error.HTTPError) as missing:
@@ -74,8 +69,6 @@ def test_the_learner_lab_serves_the_working_copy_without_instructor_tools(tmp_pa
         disabled = {name for name, off in disabled.items() if off} if isinstance(disabled, dict) else set(disabled)
         assert {"@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:menu"} <= disabled
         assert "@jupyter/nbgrader:validate-assignment" not in disabled
-    finally:
-        server.stop()
 
 
 def test_cleanup_ends_this_folders_processes_and_no_one_elses(tmp_path):

@@ -19,6 +19,7 @@ websocket before Run All).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -264,6 +265,17 @@ class LabServer:
         except psutil.NoSuchProcess:
             return []
 
+    @contextlib.contextmanager
+    def running(self):
+        """Started, then always stopped (with its kernels); a forced shutdown becomes a warning."""
+        try:
+            self.start()
+            yield self
+        finally:
+            self.stop()
+            if self.forced_kills:
+                warnings.warn("JupyterLab did not shut down cleanly; killed: " + "; ".join(self.forced_kills))
+
     def stop(self) -> None:
         """Shut down kernels and server; kill by pid whatever it started that is still alive."""
         if self.process is None:
@@ -313,16 +325,8 @@ class LabServer:
 @pytest.fixture
 def lab(tmp_path_factory: pytest.TempPathFactory):
     """A fresh JupyterLab server for one test; always stopped (with its kernels) at teardown."""
-    server = LabServer(tmp_path_factory.mktemp("lab"))
-    try:
-        server.start()
+    with LabServer(tmp_path_factory.mktemp("lab")).running() as server:
         yield server
-    finally:
-        server.stop()
-        if server.forced_kills:
-            warnings.warn(
-                "JupyterLab did not shut down cleanly; killed: " + "; ".join(server.forced_kills)
-            )
 
 
 @pytest.fixture
@@ -332,16 +336,15 @@ def learner_lab(tmp_path_factory: pytest.TempPathFactory):
     from course.workspace import working_copy
 
     base = tmp_path_factory.mktemp("learner-lab")
-    course = base / "course"
-    for part in ("notebooks", "jupyter"):
-        shutil.copytree(REPO_ROOT / part, course / part)
-    shutil.copy(REPO_ROOT / "nbgrader_config.py", course)
+    course = copy_course(base / "course", "notebooks", "jupyter")
     working_copy(course)
-    server = LabServer(base / "server", course=course, instructor=False)
-    try:
-        server.start()
+    with LabServer(base / "server", course=course, instructor=False).running() as server:
         yield server
-    finally:
-        server.stop()
-        if server.forced_kills:
-            warnings.warn("JupyterLab did not shut down cleanly; killed: " + "; ".join(server.forced_kills))
+
+
+def copy_course(root: Path, *parts: str) -> Path:
+    """A course folder holding these parts of this repository and its nbgrader settings."""
+    for part in parts:
+        shutil.copytree(REPO_ROOT / part, root / part)
+    shutil.copy(REPO_ROOT / "nbgrader_config.py", root)
+    return root

@@ -13,7 +13,7 @@ import pytest
 
 from course.workspace import jupyter_lab
 
-from .conftest import REPO_ROOT, LabServer
+from .conftest import REPO_ROOT, LabServer, copy_course
 from .test_lab import screenshot
 
 pytestmark = pytest.mark.browser
@@ -24,9 +24,7 @@ ERROR_PAGE = "Sorry, the formgrader encountered an error"
 
 def graded_course(root: Path) -> Path:
     """A course folder with the assignment released and one autograded submission (01_claims only)."""
-    for part in ("solutions", "notebooks", "jupyter"):
-        shutil.copytree(REPO_ROOT / part, root / part)
-    shutil.copy(REPO_ROOT / "nbgrader_config.py", root)
+    copy_course(root, "solutions", "notebooks", "jupyter")
     env = jupyter_lab(root, instructor=True)[1]  # the environment `make formgrader` gives nbgrader
     submission = root / "submitted" / "alice" / "ch12"
     submission.mkdir(parents=True)
@@ -45,9 +43,7 @@ def test_formgrader_lists_the_assignment_and_shows_written_answers(tmp_path, pag
     root = graded_course(tmp_path / "course")
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
         submission_id = gradebook.find_submission_notebook("01_claims", "ch12", "alice").id
-    server = LabServer(tmp_path / "server", course=root, instructor=True)
-    try:
-        server.start()
+    with LabServer(tmp_path / "server", course=root, instructor=True).running() as server:
         page.goto(f"{server.url}/formgrader?token={server.token}", timeout=90_000)
         page.get_by_text("ch12", exact=True).first.wait_for(timeout=60_000)
         screenshot(page, output_path, "formgrader-assignments.png")
@@ -60,5 +56,3 @@ def test_formgrader_lists_the_assignment_and_shows_written_answers(tmp_path, pag
         screenshot(page, output_path, "formgrader-written-answer.png")
         assert ERROR_PAGE not in page.content()
         assert "course directory root is not a subdirectory" not in server.log_tail(400)
-    finally:
-        server.stop()
