@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: lab test release autograde feedback grades benchmark checkpoint clean
+.PHONY: lab formgrader test release autograde feedback grades benchmark checkpoint cleanup clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
@@ -13,9 +13,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[course,test]'
 	touch $(STAMP)
 
-# As root (a container, say) JupyterLab insists on --allow-root.
+# Your own working copy (my-work/ch12, git-ignored), created on first use, never overwritten.
 lab: $(STAMP)
-	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/ch12
+	$(BIN)/course lab
+
+# Instructors: formgrader, served from the course folder (where nbgrader_config.py is).
+formgrader: $(STAMP)
+	$(BIN)/course formgrader
+
+# End the checkpoint workers and suppliers started from this course folder (nobody else's).
+cleanup: $(STAMP)
+	$(BIN)/course cleanup
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

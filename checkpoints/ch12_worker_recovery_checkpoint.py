@@ -38,9 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", choices=ALL, dest="cases",
                         help="run only this case (repeatable; default: all four)")
     parser.add_argument("--output-dir", type=Path, help="keep databases, ledgers and logs in a run folder here")
+    parser.add_argument("--allow-unsaved", action="store_true",
+                        help="judge the saved notebooks even if a JupyterLab kernel ran a graded cell they do not hold")
     args = parser.parse_args(argv)
     try:
-        evidence = run_checkpoint(args.implementation, args.lease, args.cases or ALL, args.output_dir)
+        evidence = run_checkpoint(args.implementation, args.lease, args.cases or ALL, args.output_dir,
+                                  require_saved=not args.allow_unsaved)
     except ValueError as error:
         parser.error(str(error))
     except KeyboardInterrupt:

@@ -1,28 +1,47 @@
 """What the notebooks' test and observation cells share.
 
 `expect` turns a failed check into one or two sentences for the learner (what was observed,
-what was expected, why it matters) instead of a bare AssertionError. `observation` lets an
-observation cell in the untouched release explain that a function is not written yet, instead
-of failing. `fresh_shop` gives every cell its own seeded database, so cells do not depend on
-each other's leftovers.
+what was expected, why it matters) instead of a bare AssertionError; long sentences are
+broken into lines a dialog can show. `require_written` opens a test cell: while a function it
+checks is still nbgrader's stub, the test says "not implemented yet", in the same words as the
+observation cells, instead of failing with whatever the stub happens to cause.
+`observation` lets an observation cell in the untouched release say the same and carry on;
+`unexpected` lets it say when the learner's code made it disagree with the text around it.
+`differences` names the fields in which a returned value differs from the expected one.
+`fresh_shop` gives every cell its own seeded database, so cells do not depend on each other's
+leftovers. `forced_race` (01_claims) and `between_check_and_write` (02_fencing) are the
+harnesses that force an unlucky interleaving, built on `interleave`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sqlite3
 import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from reference_organizations.store.agent import seed_lucy
 from sovereign_agent.database import Database
+
+WIDTH = 88  # characters per line of a failure message (nbgrader's Validate dialog, a traceback)
 
 
 class CheckFailed(AssertionError):
     """A learner-facing check: its message is the whole explanation."""
 
     def __str__(self) -> str:
-        return self.args[0] if self.args else "check failed"
+        return wrap(self.args[0]) if self.args else "check failed"
+
+
+def wrap(message: str, width: int = WIDTH) -> str:
+    """Break every paragraph of `message` into lines of at most `width` characters."""
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) for line in message.splitlines())
 
 
 def expect(condition: object, message: str) -> None:
@@ -31,13 +50,55 @@ def expect(condition: object, message: str) -> None:
         raise CheckFailed(message)
 
 
+def not_implemented(name: str, where: str = "in its cell above") -> str:
+    """The one sentence for a function that is still a stub (observation, test and checkpoint)."""
+    return f"not implemented yet: write `{name}` {where} and run it"
+
+
+def is_stub(value: object) -> bool:
+    """True for nbgrader's stub: a function whose body only raises NotImplementedError."""
+    code = getattr(value, "__code__", None)
+    return code is not None and code.co_names == ("NotImplementedError",)
+
+
+def require_written(namespace: Mapping[str, Any], *names: str) -> None:
+    """Stop a test with the "not implemented yet" sentence if one of `names` is still a stub.
+
+    `namespace` is the cell's `globals()`; a class whose stub raised while it was defined
+    (nbgrader's stub in a class body) is simply missing from it.
+    """
+    for name in names:
+        value = namespace.get(name)
+        if value is None or is_stub(value):
+            raise CheckFailed(not_implemented(name))
+
+
 @contextmanager
 def observation(name: str) -> Iterator[None]:
     """Run an observation; if the learner's function is still a stub, say so and carry on."""
     try:
         yield
     except NotImplementedError:
-        print(f"Not implemented yet: `{name}` still raises NotImplementedError. Write it, run its cell, then run this cell again.")
+        print(wrap(not_implemented(name) + ", then run this cell again."))
+
+
+def unexpected(as_told: object, message: str) -> None:
+    """In an observation: when the learner's code made the result differ from the text around
+    the cell (`as_told` is false), say so right under the output."""
+    if not as_told:
+        print(wrap(f"Note: {message}; the test below explains."))
+
+
+def differences(actual: object, expected: object) -> str:
+    """'generation is 2, expected 1; owner is ...': the fields of two dataclasses that differ."""
+    if not (dataclasses.is_dataclass(actual) and dataclasses.is_dataclass(expected)):
+        return f"{actual!r}, expected {expected!r}"
+    found = []
+    for field in dataclasses.fields(expected):
+        mine, wanted = getattr(actual, field.name, "<missing>"), getattr(expected, field.name)
+        if mine != wanted:
+            found.append(f"{field.name} is {mine!r}, expected {wanted!r}")
+    return "; ".join(found) or "no field differs"
 
 
 _shops: list[tempfile.TemporaryDirectory] = []
@@ -50,3 +111,159 @@ def fresh_shop(prefix: str = "lucy-ch12-") -> Database:
     db = Database(Path(folder.name) / "agent.sqlite")
     seed_lucy(db)
     return db
+
+
+def interleave(connection: sqlite3.Connection, first: Callable[[], Any], location: str | Path,
+               second: Callable[[Database], Any], *, pause: float = 0.5) -> dict[str, Any]:
+    """Run `first()`, which works on `connection`; at the moment it has read assistant_work and
+    is about to begin or make a write, run `second(other)` on a new connection to `location` in
+    another thread, and let `first` wait for it (at most `pause` seconds).
+
+    Returns {"first": ..., "second": ..., "second waited": seconds `second` spent}. An error in
+    `first` propagates; an error in `second` is raised after `first` has finished.
+    """
+    ready, go, done = threading.Event(), threading.Event(), threading.Event()
+    box: dict[str, Any] = {}
+
+    def rival() -> None:
+        other = Database(location)  # a connection belongs to the thread that opens it
+        ready.set()
+        go.wait(10)
+        started = time.monotonic()
+        try:
+            box["second"] = second(other)
+        except BaseException as error:  # handed to the caller below
+            box["second error"] = error
+        finally:
+            box["second waited"] = time.monotonic() - started
+            other.close()
+            done.set()
+
+    def hold_between_read_and_write(statement: str) -> None:
+        verb = (statement.split() or [""])[0].upper()
+        if verb == "SELECT" and "assistant_work" in statement:
+            box["has read"] = True
+        elif box.get("has read") and verb in {"BEGIN", "UPDATE", "INSERT"} and not go.is_set():
+            go.set()
+            done.wait(pause)
+
+    thread = threading.Thread(target=rival, daemon=True)
+    thread.start()
+    ready.wait(10)
+    connection.set_trace_callback(hold_between_read_and_write)
+    try:
+        box["first"] = first()
+    finally:
+        connection.set_trace_callback(None)
+        go.set()
+        thread.join(15)
+    if "second error" in box:
+        raise box["second error"]
+    return box
+
+
+def forced_race(location: str | Path, take: Callable[..., Any], *, now: float | None = None,
+                pause: float = 0.5) -> dict[str, Any]:
+    """Worker A and worker B call take(db, owner, now=now), each on its own connection.
+
+    B is released exactly between A's read of assistant_work and A's first write, and A waits
+    for B at most `pause` seconds. Returns {"A": ..., "B": ..., "B waited": seconds B spent
+    inside take}; B's error is raised.
+    """
+    a = Database(location)
+    try:
+        box = interleave(a.connection, lambda: take(a, "worker-A", now=now), location,
+                         lambda rival: take(rival, "worker-B", now=now), pause=pause)
+    finally:
+        a.close()
+    return {"A": box["first"], "B": box["second"], "B waited": box["second waited"]}
+
+
+def between_check_and_write(db: Database, write: Callable[[], Any], takeover: Callable[[Database], Any],
+                            *, pause: float = 0.5) -> dict[str, Any]:
+    """Run write() on `db`; between its check (a read of assistant_work) and its write, run
+    takeover(other) on a second connection. Returns {"write": "accepted" or "refused",
+    "rival": what takeover returned}."""
+
+    def attempt() -> str:
+        try:
+            write()
+        except PermissionError:
+            return "refused"
+        return "accepted"
+
+    box = interleave(db.connection, attempt, db.path, takeover, pause=pause)
+    return {"write": box["first"], "rival": box.get("second")}
+
+
+def race_claims(location: str | Path, claim: Callable[..., Any], *, now: float | None = None) -> dict[str, Any]:
+    """`forced_race` over the learner's `claim` (30 s leases); a crash becomes an explanation."""
+    try:
+        return forced_race(location, lambda db, owner, now: claim(db, owner, now=now, ttl=30), now=now)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        hint = ""
+        if "locked" in str(error):
+            hint = (" Your claim began as a reader (a plain BEGIN) and tried to become a writer after the other "
+                    "worker had committed; take the write lock before the first read with db.immediate().")
+        raise CheckFailed(f"The forced race raised {type(error).__name__}: {error}; expected each worker to "
+                          f"get a claim or None.{hint}") from None
+
+
+class _WorkerDied(BaseException):
+    """A worker that dies right after admission, before its request leaves: the order stays SENDING."""
+
+
+class ScriptedSupplier:
+    """A supplier that answers every order the same way: "ACCEPTED" or "REJECTED" (a receipt),
+    "lost" (the answer never arrives: OutcomeUnknown) or "crash" (the worker dies while sending).
+    Lookups find nothing."""
+
+    timeout, idempotent = 1.0, True
+
+    def __init__(self, answer: str) -> None:
+        from reference_organizations.store.agent import SUPPLIER_IDENTITY
+
+        self.identity, self.answer = SUPPLIER_IDENTITY, answer
+
+    def lookup(self, operation: str) -> None:
+        return None
+
+    def order(self, operation: str, proposal: Any) -> dict[str, Any]:
+        from sovereign_agent.suppliers import OutcomeUnknown
+
+        if self.answer == "lost":
+            raise OutcomeUnknown("no answer")
+        if self.answer == "crash":
+            raise _WorkerDied()
+        return {"operation": operation, "status": self.answer, "supplier": self.identity}
+
+
+ORDER_STATES = {"APPROVED": None, "SENDING": "crash", "UNKNOWN": "lost", "CONFIRMED": "ACCEPTED", "REJECTED": "REJECTED"}
+
+
+def order_in_state(state: str) -> tuple[Database, Any, str]:
+    """(db, claim, order id): a fresh shop whose one assignment holds a Lucy-approved order that
+    the runtime's own functions drove into `state` (one of ORDER_STATES)."""
+    from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY
+    from sovereign_agent.assistant_orders import SpendingPolicy, approve, execute, propose
+    from sovereign_agent.assistant_work import claim, enqueue
+    from sovereign_agent.suppliers import OutcomeUnknown
+
+    policy = SpendingPolicy(operators=frozenset({"lucy"}), total_pence=SPENDING_CEILING_PENCE)
+    db = fresh_shop()
+    enqueue(db, f"phone:{state}", f"van-{state}", f"Restock strawberry ({state})", subject="SKU-STRAWBERRY")
+    held = claim(db, f"worker-{state.lower()}", ttl=60)
+    order_id = propose(db, held, "SKU-STRAWBERRY", 4, target=SUPPLIER_IDENTITY)
+    digest = db.connection.execute("SELECT digest FROM assistant_orders WHERE id=?", (order_id,)).fetchone()[0]
+    approve(db, order_id, digest, actor="lucy", policy=policy, expires=time.time() + 600)
+    if ORDER_STATES[state] is not None:
+        try:
+            execute(db, held, order_id, ScriptedSupplier(ORDER_STATES[state]), policy=policy)
+        except (OutcomeUnknown, _WorkerDied):
+            pass
+    reached = db.connection.execute("SELECT status FROM assistant_orders WHERE id=?", (order_id,)).fetchone()[0]
+    if reached != state:
+        raise RuntimeError(f"set-up: the order is {reached}, not {state}")
+    return db, held, order_id

@@ -129,3 +129,47 @@ def grades(output: Path) -> None:
     from course.grading import commands
 
     commands.export_grades(output)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="The course folder.")
+@click.argument("jupyter_args", nargs=-1, type=click.UNPROCESSED)
+def lab(root: Path, jupyter_args: tuple[str, ...]) -> None:
+    """JupyterLab on your own working copy (my-work/ch12), created on first use."""
+    import os
+
+    from course.workspace import jupyter_lab, working_copy
+
+    folder, copied = working_copy(root)
+    click.echo(f"Your work lives in {folder}" + (f" (copied now: {', '.join(copied)})" if copied else ""))
+    click.echo("To start a notebook over: delete it there and run `make lab` again.")
+    command, env = jupyter_lab(root, instructor=False, extra=list(jupyter_args))
+    os.execve(command[0], command, env)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="The course folder (holds nbgrader_config.py).")
+@click.argument("jupyter_args", nargs=-1, type=click.UNPROCESSED)
+def formgrader(root: Path, jupyter_args: tuple[str, ...]) -> None:
+    """JupyterLab for instructors, rooted at the course folder, opening nbgrader's formgrader."""
+    import os
+
+    from course.workspace import jupyter_lab
+
+    command, env = jupyter_lab(root, instructor=True, extra=list(jupyter_args))
+    os.execve(command[0], command, env)
+
+
+@main.command()
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="The course folder whose processes to end.")
+def cleanup(root: Path) -> None:
+    """End checkpoint workers and suppliers started from this course folder (nobody else's)."""
+    from course.cleanup import cleanup as end_processes
+
+    ended = end_processes(root)
+    for process in ended:
+        click.echo(f"{process.how} pid {process.pid}: {process.command[:120]}")
+    click.echo(f"{len(ended)} process(es) from {root.resolve()} ended.")

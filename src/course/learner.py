@@ -13,7 +13,14 @@ learner's function, and the checkpoint would grade the reference. Separate modul
 what each function saw in the learner's own kernel.
 
 A function still holding nbgrader's stub (`raise NotImplementedError()`) is not an error here:
-calling it raises `NotImplementedYet`, whose message is "not implemented yet: <function>".
+calling it raises `NotImplementedYet`, whose message is "not implemented yet: write `<function>`
+in <notebook> and run it".
+
+Only saved code is judged. `versions` says which version of each graded definition is loaded
+(the notebook and when it was saved) and, where a JupyterLab kernel ran it, whether the kernel
+ran the same source (`course.kernel_runs`). With `require_saved`, a definition whose last run
+in the learner's kernel is newer than the save and differs from it stops the load with "save
+<notebook> first".
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import functools
 import json
 import os
 import sys
+import time
 import types
 import uuid
 from collections.abc import Callable
@@ -29,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course import kernel_runs
+from course.checks import not_implemented
 from sovereign_agent.ownership import REFERENCE, Ownership
 
 REFERENCE_NAME = "reference"
@@ -41,6 +51,7 @@ GRADED_CELLS: dict[str, tuple[tuple[str, str], ...]] = {
     "03_recovery.ipynb": (("order_to_continue", "order_to_continue"),),
 }
 FUNCTIONS = ("claim", "assert_current", "observe", "finish", "order_to_continue")
+NOTEBOOK_OF = {name: Path(notebook).stem for notebook, cells in GRADED_CELLS.items() for _, name in cells}
 
 
 class LearnerCodeError(Exception):
@@ -51,7 +62,8 @@ class NotImplementedYet(NotImplementedError):
     """A learner function that is still nbgrader's stub."""
 
     def __init__(self, function: str) -> None:
-        super().__init__(f"not implemented yet: {function}")
+        where = f"in {NOTEBOOK_OF[function]}" if function in NOTEBOOK_OF else "in its notebook"
+        super().__init__(not_implemented(function, where))
         self.function = function
 
 
@@ -60,6 +72,62 @@ class LearnerCell:
     notebook: str
     label: str  # "setup" or the grade_id
     source: str
+    saved_at: float = 0.0  # the notebook file's modification time
+
+
+@dataclass(frozen=True)
+class Version:
+    """Which version of a graded definition is judged: the saved one, and what the kernel ran."""
+
+    name: str
+    notebook: str
+    saved_at: float
+    ran_at: float | None = None  # last run in the learner's JupyterLab kernel, if recorded
+    same_as_run: bool | None = None  # did that run use the saved source? None: no record
+
+    @property
+    def unsaved(self) -> bool:
+        """The kernel ran a source the saved notebook does not hold, after the last save."""
+        return self.same_as_run is False and self.ran_at is not None and self.ran_at > self.saved_at
+
+    def describe(self) -> str:
+        line = f"{self.name}: {self.notebook}, saved {_clock(self.saved_at)}"
+        if self.same_as_run is None:
+            return line + " (no run recorded in a JupyterLab kernel)"
+        if self.same_as_run:
+            return line + f"; your kernel last ran this same source at {_clock(self.ran_at)}"
+        if self.unsaved:
+            return line + f"; your kernel ran a DIFFERENT, unsaved source at {_clock(self.ran_at)}"
+        return line + f"; saved after your kernel last ran it ({_clock(self.ran_at)}): the saved source is judged"
+
+
+def _clock(at: float | None) -> str:
+    return "?" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def versions(cells: list[LearnerCell], folder: Path) -> list[Version]:
+    """One Version per graded definition found in `cells`."""
+    found = []
+    for cell in cells:
+        for grade_id, name in GRADED_CELLS.get(cell.notebook, ()):
+            if grade_id != cell.label:
+                continue
+            run = kernel_runs.read(folder / cell.notebook).get(name)
+            if run is None:
+                found.append(Version(name, cell.notebook, cell.saved_at))
+            else:
+                same = run.get("fingerprint") == kernel_runs.fingerprint(cell.source)
+                found.append(Version(name, cell.notebook, cell.saved_at, run.get("ran_at"), same))
+    return found
+
+
+def unsaved_message(stale: list[Version]) -> str:
+    """'save 02_fencing first: ...' for the definitions whose kernel version is not saved."""
+    notebooks = sorted({Path(v.notebook).stem for v in stale})
+    names = ", ".join(f"`{v.name}` (run {_clock(v.ran_at)}, {v.notebook} saved {_clock(v.saved_at)})" for v in stale)
+    return (f"save {' and '.join(notebooks)} first: your kernel ran {names} from a source the saved notebook does "
+            "not hold, and the checkpoint judges only saved code. Save the notebook (File > Save), then run this "
+            "cell again.")
 
 
 @dataclass
@@ -70,6 +138,7 @@ class LoadedImplementation:
     folder: Path | None
     missing: list[str] = field(default_factory=list)  # names still stubs at definition time
     modules: list[types.ModuleType] = field(default_factory=list)
+    versions: list[Version] = field(default_factory=list)  # which saved version of each definition
 
 
 def describe(implementation: str | Path) -> str:
@@ -91,8 +160,9 @@ def learner_cells(folder: str | Path) -> list[LearnerCell]:
             raise LearnerCodeError(f"missing notebook: {path} (expected {', '.join(GRADED_CELLS)})")
         wanted = {grade_id for grade_id, _ in graded}
         found: set[str] = set()
+        saved_at = path.stat().st_mtime
         trusted = _trusted_setup(notebook)
-        cells.extend(LearnerCell(notebook, "setup", source) for source in trusted or [])
+        cells.extend(LearnerCell(notebook, "setup", source, saved_at) for source in trusted or [])
         for cell in _read_cells(path):
             if cell.get("cell_type") != "code":
                 continue
@@ -100,12 +170,12 @@ def learner_cells(folder: str | Path) -> list[LearnerCell]:
             grade_id = metadata.get("nbgrader", {}).get("grade_id")
             if "setup" in metadata.get("tags", []):
                 if trusted is None:
-                    cells.append(LearnerCell(notebook, "setup", _text(cell.get("source", ""))))
+                    cells.append(LearnerCell(notebook, "setup", _text(cell.get("source", "")), saved_at))
             elif grade_id in wanted:
                 if grade_id in found:
                     raise LearnerCodeError(f"{path} has two cells with grade_id {grade_id!r}")
                 found.add(grade_id)
-                cells.append(LearnerCell(notebook, grade_id, _text(cell.get("source", ""))))
+                cells.append(LearnerCell(notebook, grade_id, _text(cell.get("source", "")), saved_at))
         for grade_id in sorted(wanted - found):
             raise LearnerCodeError(
                 f"{path} has no code cell with nbgrader grade_id {grade_id!r}: "
@@ -156,12 +226,20 @@ def _text(source: str | list[str]) -> str:
     return source if isinstance(source, str) else "".join(source)
 
 
-def load_implementation(implementation: str | Path) -> LoadedImplementation:
-    """`"reference"` or a folder holding the learner's three notebooks."""
+def load_implementation(implementation: str | Path, *, require_saved: bool = False) -> LoadedImplementation:
+    """`"reference"` or a folder holding the learner's three notebooks.
+
+    `require_saved`: raise LearnerCodeError ("save <notebook> first") when a learner's kernel
+    ran a graded definition that the saved notebook does not hold.
+    """
     if str(implementation) == REFERENCE_NAME:
         return LoadedImplementation(REFERENCE, None)
     folder = Path(implementation).expanduser().resolve()
     cells = learner_cells(folder)
+    judged = versions(cells, folder)
+    stale = [version for version in judged if version.unsaved]
+    if require_saved and stale:
+        raise LearnerCodeError(unsaved_message(stale))
     modules: dict[str, types.ModuleType] = {}
     missing: list[str] = []
     defined: dict[str, Any] = {}
@@ -185,7 +263,7 @@ def load_implementation(implementation: str | Path) -> LoadedImplementation:
                 # Captured now: a later cell rebinding the name cannot swap the graded object.
                 defined[name] = module.__dict__[name]
     functions = {name: _guarded(name, defined.get(name), missing) for name in FUNCTIONS}
-    return LoadedImplementation(Ownership(**functions), folder, missing, list(modules.values()))
+    return LoadedImplementation(Ownership(**functions), folder, missing, list(modules.values()), judged)
 
 
 def load_ownership(folder: str | Path) -> Ownership:
@@ -228,7 +306,7 @@ def _guarded(name: str, function: Callable[..., Any] | None, missing: list[str])
             # `claim` builds a Claim: if that class is still a stub, name it rather than the
             # NameError it causes.
             if error.name in missing:
-                raise NotImplementedYet(f"{error.name} (cell claim_dataclass)") from None
+                raise NotImplementedYet(error.name) from None
             raise
 
     return call

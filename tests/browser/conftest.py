@@ -4,19 +4,26 @@
   free port, token-protected, serving a fresh temporary directory, with its own workspaces,
   settings, runtime, config, data and IPython directories. It is stopped at teardown (kernels
   included) and the teardown checks that no process it started is left behind.
-* ``browser_type_launch_args`` (overrides pytest-playwright's): launch /usr/bin/chromium; never a
-  downloaded browser (do not run ``playwright install``). If /usr/bin/chromium is missing the
-  browser tests are skipped, except when the ``CI`` environment variable is set: then they fail.
+* ``browser_type_launch_args`` (overrides pytest-playwright's): launch Debian's chromium, found on
+  PATH (or named by $CHROMIUM); never a downloaded browser (do not run ``playwright install``).
+  If it is missing the browser tests are skipped, except when the ``CI`` environment variable is
+  set: then they fail.
+* ``LabServer(base, course=..., instructor=...)``: a server like ``lab``, but started with the
+  course's own command (``course.workspace.jupyter_lab``, what ``make lab`` and
+  ``make formgrader`` run) on a copy of the course.
 
-See docs in /work/shared/notes/TOOLCHAIN.md, "JupyterLab in a real browser", for why each
-setting is here.
+Why each setting is here: the team's toolchain notes, "JupyterLab in a real browser" (a fresh
+workspace and settings directory per run, no news or update checks, wait for the kernel's
+websocket before Run All).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,7 +38,8 @@ import psutil  # a dependency of ipykernel, so always present next to JupyterLab
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
+# Debian's chromium package, found on PATH (or named by $CHROMIUM); never a downloaded browser.
+CHROMIUM = Path(os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -72,7 +80,7 @@ LAB_SETTINGS = {
 def chromium_executable() -> str:
     if not CHROMIUM.exists():
         reason = (
-            f"{CHROMIUM} is missing: install Debian's chromium package (apt-get install chromium); "
+            "chromium is missing: install Debian's chromium package (apt-get install chromium); "
             "never run `playwright install`"
         )
         if os.environ.get("CI"):
@@ -124,9 +132,13 @@ os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
 class LabServer:
     """A running JupyterLab server; ``root_dir`` is what the file browser shows."""
 
-    def __init__(self, base_dir: Path):
+    def __init__(self, base_dir: Path, course: Path | None = None, instructor: bool = False):
         self.base_dir = base_dir
-        self.root_dir = base_dir / "root"
+        self.course, self.instructor = course, instructor
+        if course is None:
+            self.root_dir = base_dir / "root"
+        else:
+            self.root_dir = course if instructor else course / "my-work" / "ch12"
         self.log_path = base_dir / "jupyter-lab.log"
         self.token = secrets.token_hex(24)
         self.port = _free_port()
@@ -149,6 +161,12 @@ class LabServer:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
         return json.loads(raw) if raw else None
+
+    def api_text(self, path: str, timeout: float = 30.0) -> str:
+        """GET a page (not JSON) with the token in the header."""
+        req = urllib.request.Request(f"{self.url}/{path.lstrip('/')}", headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.read().decode("utf-8", errors="replace")
 
     def lab_url(self, rel_path: str) -> str:
         return f"{self.url}/lab/tree/{urllib.request.pathname2url(rel_path)}?token={self.token}"
@@ -180,16 +198,24 @@ class LabServer:
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(json.dumps(settings, indent=2))
 
-        env = {**os.environ, **{k: str(v) for k, v in dirs.items()}}
+        if self.course is None:
+            command, env = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={self.root_dir}"], os.environ
+            cwd = self.root_dir
+        else:
+            from course.workspace import jupyter_lab
+
+            command, env = jupyter_lab(self.course, instructor=self.instructor)
+            command = [arg for arg in command if arg != "--allow-root"]  # added below
+            cwd = self.course  # `make lab` and `make formgrader` run from the course folder
+        env = {**env, **{k: str(v) for k, v in dirs.items()}}
         env.pop("JUPYTER_TOKEN", None)
         cmd = [
-            sys.executable, "-m", "jupyter", "lab",
+            *command,
             "--no-browser",
             "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={self.port}",
             "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={self.token}",
-            f"--ServerApp.root_dir={self.root_dir}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ]  # fmt: skip
         if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -201,9 +227,9 @@ class LabServer:
         self.process = subprocess.Popen(
             cmd,
             # The nbgrader validate handler reads nbgrader_config.py from the server's cwd:
-            # start in the temporary directory so nothing from the repo (or gradebook files)
-            # is read or written.
-            cwd=self.root_dir,
+            # start in the temporary directory (or course copy) so nothing from the repo (or
+            # gradebook files) is read or written.
+            cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
@@ -238,6 +264,17 @@ class LabServer:
             return [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             return []
+
+    @contextlib.contextmanager
+    def running(self):
+        """Started, then always stopped (with its kernels); a forced shutdown becomes a warning."""
+        try:
+            self.start()
+            yield self
+        finally:
+            self.stop()
+            if self.forced_kills:
+                warnings.warn("JupyterLab did not shut down cleanly; killed: " + "; ".join(self.forced_kills))
 
     def stop(self) -> None:
         """Shut down kernels and server; kill by pid whatever it started that is still alive."""
@@ -288,13 +325,26 @@ class LabServer:
 @pytest.fixture
 def lab(tmp_path_factory: pytest.TempPathFactory):
     """A fresh JupyterLab server for one test; always stopped (with its kernels) at teardown."""
-    server = LabServer(tmp_path_factory.mktemp("lab"))
-    try:
-        server.start()
+    with LabServer(tmp_path_factory.mktemp("lab")).running() as server:
         yield server
-    finally:
-        server.stop()
-        if server.forced_kills:
-            warnings.warn(
-                "JupyterLab did not shut down cleanly; killed: " + "; ".join(server.forced_kills)
-            )
+
+
+@pytest.fixture
+def learner_lab(tmp_path_factory: pytest.TempPathFactory):
+    """The learner's JupyterLab as `make lab` starts it, on a copy of the course: rooted at the
+    working copy (my-work/ch12), with the learner settings (Validate, no instructor tools)."""
+    from course.workspace import working_copy
+
+    base = tmp_path_factory.mktemp("learner-lab")
+    course = copy_course(base / "course", "notebooks", "jupyter")
+    working_copy(course)
+    with LabServer(base / "server", course=course, instructor=False).running() as server:
+        yield server
+
+
+def copy_course(root: Path, *parts: str) -> Path:
+    """A course folder holding these parts of this repository and its nbgrader settings."""
+    for part in parts:
+        shutil.copytree(REPO_ROOT / part, root / part)
+    shutil.copy(REPO_ROOT / "nbgrader_config.py", root)
+    return root

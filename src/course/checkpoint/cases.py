@@ -26,6 +26,7 @@ Nothing rewrites the clock or the ledger: the parent polls the wall clock agains
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -367,18 +368,40 @@ def _replace(stage: Stage, owner: str) -> None:
 def _worker_pass(stage: Stage, model: Any, owner: str) -> tuple[dict[str, Any], float, float]:
     """One real run_once in the parent; a failure becomes the outcome's "error", not a crash."""
     began = time.time()
+    learner = stage.setting.ownership
+    decisions: list[tuple[str, Any]] = []  # (work id, what the learner's order_to_continue returned)
+
+    def order_to_continue(db: Any, work: Any) -> Any:
+        decision = learner.order_to_continue(db, work)
+        decisions.append((work.id, decision))
+        return decision
+
     try:
         outcome = run_once(
             stage.db, model, owner=owner, supplier=stage.supplier.client(timeout=SUPPLIER_TIMEOUT),
-            policy=stage.policy, ownership=stage.setting.ownership,
+            policy=stage.policy, ownership=dataclasses.replace(learner, order_to_continue=order_to_continue),
         )
     except NotImplementedYet:
         raise
     except NewReasoningRequested as asked:
         outcome = {"error": str(asked)}
     except Exception as error:
-        outcome = {"error": f"{type(error).__name__}: {error}"}
+        outcome = {"error": _pass_error(stage, error, decisions)}
     return outcome, began, time.time()
+
+
+def _pass_error(stage: Stage, error: Exception, decisions: list[tuple[str, Any]]) -> str:
+    """The replacement's failure, blamed on the learner's decision when that decision is why."""
+    if decisions:
+        work_id, decision = decisions[-1]
+        orders = [row[0] for row in stage.db.connection.execute(
+            "SELECT id FROM assistant_orders WHERE work_id=? AND status NOT IN ('DRAFT', 'REVOKED')", (work_id,))]
+        if decision not in orders and orders:
+            return (f"your `order_to_continue` returned {decision!r} for an assignment whose recorded order "
+                    f"{orders[-1]!r} is past the draft stage, so the runtime had no order to continue "
+                    f"({type(error).__name__}: {error}); expected that order's id (revisit `order_to_continue` "
+                    "in 03_recovery)")
+    return f"{type(error).__name__}: {error}"
 
 
 def _stale_writes(stage: Stage) -> None:

@@ -35,7 +35,9 @@ def case_line(case: CaseEvidence) -> str:
 
 
 def summary_lines(checkpoint) -> list[str]:  # a Checkpoint (not imported: run imports this module)
-    lines = [case_line(case) for case in checkpoint]
+    versions = getattr(checkpoint, "versions", [])
+    lines = ["Judged (the saved notebooks):", *(f"  {version.describe()}" for version in versions)] if versions else []
+    lines += [case_line(case) for case in checkpoint]
     passed = sum(case.passed for case in checkpoint)
     waited = checkpoint.lease_waited_seconds
     ratio = checkpoint.ratio

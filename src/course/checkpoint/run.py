@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 import time
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ class Checkpoint(list):
 
     wall_seconds: float = 0.0
     folder: Path | None = None
+    versions: list = []  # learner.Version: which saved version of each function was judged
 
     @property
     def passed(self) -> bool:
@@ -53,6 +55,7 @@ def run_checkpoint(
     lease_seconds: float = 2.0,
     cases: Iterable[str] = ALL,
     output_dir: str | Path | None = None,
+    require_saved: bool | None = None,
 ) -> Checkpoint:
     """Run the worker-recovery experiments against `implementation` and return their evidence.
 
@@ -61,7 +64,12 @@ def run_checkpoint(
     databases, ledgers, logs and evidence.json in a new run folder there (default: a temporary
     folder, removed afterwards). Case failures are reported in the evidence, not raised;
     KeyboardInterrupt stops the run after every process has been stopped.
+    `require_saved`: refuse to judge (every case fails with "save <notebook> first") when the
+    learner's JupyterLab kernel ran a graded cell the saved notebook does not hold. Default:
+    when this runs in a kernel started by a Jupyter server (the learner's own session).
     """
+    if require_saved is None:
+        require_saved = bool(os.environ.get("JPY_SESSION_NAME"))
     started = time.monotonic()
     cases = tuple(cases)
     unknown = [name for name in cases if name not in TITLES]
@@ -75,15 +83,15 @@ def run_checkpoint(
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         result.folder = Path(tempfile.mkdtemp(prefix="run-", dir=output_dir))
     try:
-        loaded = load_implementation(implementation)
+        loaded = load_implementation(implementation, require_saved=require_saved)
     except LearnerCodeError as error:
         for name in cases:
-            result.append(CaseEvidence(name, TITLES[name], label, float(lease_seconds),
-                                       failures=[f"the learner's notebooks could not be loaded: {error}"]))
+            result.append(CaseEvidence(name, TITLES[name], label, float(lease_seconds), failures=[str(error)]))
         result.wall_seconds = time.monotonic() - started
         _keep(result)
         return result
 
+    result.versions = loaded.versions
     temporary = None
     if result.folder is None:
         temporary = tempfile.TemporaryDirectory(prefix="ch12-checkpoint-")

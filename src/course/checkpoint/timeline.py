@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import sys
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from course.checkpoint.report import case_facts
 LANES = {"old worker": 2, "replacement": 1, "supplier": 0}
 COLOURS = {"old worker": "#c0504d", "replacement": "#4f81bd", "supplier": "#9bbb59"}
 SIGNAL_MARKERS = {"kill": ("X", "SIGKILL"), "pause": ("s", "SIGSTOP"), "resume": ("^", "SIGCONT")}
+FONT, SMALL = 10, 9  # points, at the figure's real size: readable at notebook width
 EVENT_LABELS = {
     "assistant.work.claimed": "claimed",
     "assistant.order.proposed": "proposed",
@@ -45,14 +47,15 @@ def draw_timeline(evidence: Iterable[Any], path: str | Path | None = None, *, sh
     cases = [_as_evidence(case) for case in evidence]
     if not cases:
         raise ValueError("no evidence to draw")
-    figure = Figure(figsize=(13, 2.9 * len(cases)), layout="constrained")
+    # Drawn at the width a notebook shows (about 9.5 in at 100 dpi), so text keeps its size.
+    figure = Figure(figsize=(9.5, 3.4 * len(cases)), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(len(cases), 1, squeeze=False)[:, 0]
     for ax, case in zip(axes, cases, strict=True):
         _panel(ax, case)
-    axes[-1].set_xlabel("seconds since the parent told the old worker to claim (wall clock)")
+    axes[-1].set_xlabel("seconds since the parent told the old worker to claim (wall clock)", fontsize=FONT)
     png = io.BytesIO()
-    figure.savefig(png, format="png", dpi=110)
+    figure.savefig(png, format="png", dpi=100)
     if path is not None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,26 +76,35 @@ def _panel(ax: Any, case: Any) -> None:
         return at - origin
 
     verdict = "PASS" if case.passed else "FAIL"
-    title = f"{case.case} - {case.title}: {verdict}\n" + "; ".join(case_facts(case))
+    title = f"{case.case} - {case.title}: {verdict}\n" + textwrap.fill("; ".join(case_facts(case)), 95)
     if case.failures:
-        title += "\n" + case.failures[0][:150]
-    ax.set_title(title, loc="left", fontsize=9, color="black" if case.passed else "#b00000")
+        title += "\n" + textwrap.fill(case.failures[0], 95, max_lines=3)
+    ax.set_title(title, loc="left", fontsize=FONT, color="black" if case.passed else "#b00000")
     right = 0.0
+    # a holding too short to see (the replacement's pass takes milliseconds) is drawn this wide
+    latest = [at for holding in case.leases for at in (holding.get("end"),) if at is not None]
+    latest += [mark["at"] for mark in case.marks]
+    shortest = 0.015 * max(max((x(at) for at in latest), default=1.0), 1.0)
 
     for holding in case.leases:
         start, end = holding.get("start"), holding.get("end")
         if start is None or end is None:
             continue
         lane, colour = LANES[holding["lane"]], COLOURS[holding["lane"]]
-        ax.barh(lane, max(x(end) - x(start), 0.01), left=x(start), height=0.42, color=colour, alpha=0.25,
+        ax.barh(lane, max(x(end) - x(start), shortest), left=x(start), height=0.42, color=colour, alpha=0.45,
                 edgecolor=colour)
         if holding["kind"] == "lease":
-            ax.text((x(start) + x(end)) / 2, lane, f"generation {holding.get('generation')} lease "
-                    f"({holding.get('owner')}), {end - start:.2f} s", fontsize=8, va="center", ha="center")
+            # at the bar's right end: a kill or pause mark near its start stays clear of the text
+            ax.text(x(end) - 0.02 * shortest / 0.015, lane, f"gen. {holding.get('generation')} lease "
+                    f"({holding.get('owner')}) {end - start:.2f} s", fontsize=SMALL, va="center", ha="right")
+        else:
+            ax.annotate(f"generation {holding.get('generation')} holding, {end - start:.2f} s",
+                        (x(start) + max(x(end) - x(start), shortest), lane), xytext=(4, 7),
+                        textcoords="offset points", fontsize=SMALL, color=colour)
         right = max(right, x(end))
     if case.lease_expires_at is not None:
         ax.axvline(x(case.lease_expires_at), color="grey", linestyle="--", linewidth=1)
-        ax.text(x(case.lease_expires_at), -0.62, "lease expires ", fontsize=8, color="grey", ha="right")
+        ax.text(x(case.lease_expires_at), -0.62, "lease expires ", fontsize=SMALL, color="grey", ha="right")
 
     # the shop's events (events table), on the lane of the generation that wrote them
     writers = {}
@@ -113,8 +125,8 @@ def _panel(ax: Any, case: Any) -> None:
         if sequence:
             anchor = sequence[0][0] if lane_name == "old worker" else sequence[-1][0]
             ax.annotate("events: " + " > ".join(label for _, label in sequence), (anchor, LANES[lane_name]),
-                        xytext=(6 if lane_name == "replacement" else 0, -14), textcoords="offset points",
-                        fontsize=7, color=COLOURS[lane_name])
+                        xytext=(6 if lane_name == "replacement" else 0, -16), textcoords="offset points",
+                        fontsize=SMALL, color=COLOURS[lane_name])
 
     attempts: dict[str, list[str]] = {}
     for mark in case.marks:
@@ -126,40 +138,47 @@ def _panel(ax: Any, case: Any) -> None:
         if what in SIGNAL_MARKERS:
             marker, label = SIGNAL_MARKERS[what]
             ax.plot(x(at), lane, marker, color="black", markersize=9)
-            ax.annotate(label, (x(at), lane), xytext=(0, 9), textcoords="offset points", fontsize=8, ha="center")
+            # left of its mark: the write attempts that follow a signal are labelled to their right
+            ax.annotate(label, (x(at), lane), xytext=(-6, 9), textcoords="offset points", fontsize=SMALL, ha="right")
         elif "outcome" in mark:
             refused = mark["outcome"] == "refused"
             ax.plot(x(at), lane, "x" if refused else "*", color="black" if refused else "#b00000", markersize=8)
             phase = "after expiry" if what.startswith("after expiry") else "after takeover"
             attempts.setdefault(phase, []).append(
-                f"{mark['boundary']} {'refused' if refused else mark['outcome'].upper()}")
+                mark["boundary"] if refused else f"{mark['boundary']} {mark['outcome'].upper()}")
         elif "method" in mark:
             post = mark["method"] == "POST"
             ax.plot(x(at), lane, "D" if post else "o", color=COLOURS["supplier"], markersize=7)
             label = f"order committed (POST {mark['status']})" if post else f"lookup (GET {mark['status']})"
-            ax.annotate(label, (x(at), lane), xytext=(6, 6 if post else -13), textcoords="offset points",
-                        fontsize=8)
+            ax.annotate(label, (x(at), lane), xytext=(6, 6 if post else -15), textcoords="offset points",
+                        fontsize=SMALL)
         elif "crash_point" in mark:  # the crash matrix: where the old worker stopped itself
             ax.axvline(x(at), color="#b00000", linestyle=":", linewidth=1.5)
             ax.plot(x(at), lane, "P", color="#b00000", markersize=10)
             ax.annotate(f"crash point: {mark['crash_point']}", (x(at), lane), xytext=(6, 21),
-                        textcoords="offset points", fontsize=8, color="#b00000", fontweight="bold")
+                        textcoords="offset points", fontsize=SMALL, color="#b00000", fontweight="bold")
         elif what.startswith("competing claim"):
             ax.plot(x(at), lane, "v", color="black", markersize=6)
-            ax.annotate(what, (x(at), lane), xytext=(6, 6), textcoords="offset points", fontsize=7)
+            ax.annotate(what, (x(at), lane), xytext=(6, 6), textcoords="offset points", fontsize=SMALL)
         elif what in ("later assignment queued", "second pass (later work)"):
             ax.plot(x(at), lane, ">", color=COLOURS["replacement"], markersize=6)
+            # queued: below, to the right; the second pass: above, to the left (the holding's label
+            # is above, to the right)
             below = what == "later assignment queued"
-            ax.annotate(what, (x(at), lane), xytext=(6, -14 if below else 6), textcoords="offset points",
-                        fontsize=7)
+            ax.annotate(what, (x(at), lane), xytext=(6, -16) if below else (-6, 6), textcoords="offset points",
+                        fontsize=SMALL, ha="left" if below else "right")
     for phase, labels in attempts.items():
         times = [m["at"] for m in case.marks
                  if "outcome" in m and m["what"].startswith("after expiry") == (phase == "after expiry")]
-        ax.annotate(f"{phase}: " + ", ".join(labels), (x(max(times)), LANES["old worker"]),
-                    xytext=(8, 6 if phase == "after takeover" else -14), textcoords="offset points", fontsize=7)
+        refused = sum(" " not in label for label in labels)
+        summary = f"{phase}, {refused} of {len(labels)} refused:\n" + ", ".join(labels)
+        ax.annotate(summary, (x(max(times)), LANES["old worker"]),
+                    xytext=(8, 6 if phase == "after takeover" else -8), textcoords="offset points", fontsize=SMALL,
+                    va="bottom" if phase == "after takeover" else "top")
 
-    ax.set_xlim(-0.1, right + 0.55 * max(right, 1.0))
-    ax.set_yticks(list(LANES.values()), list(LANES))
+    ax.set_xlim(-0.1, right + 0.9 * max(right, 1.0))
+    ax.set_yticks(list(LANES.values()), list(LANES), fontsize=FONT)
+    ax.tick_params(axis="x", labelsize=SMALL)
     ax.set_ylim(-0.75, 2.75)
     ax.grid(axis="x", alpha=0.3)
 

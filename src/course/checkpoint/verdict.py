@@ -2,13 +2,16 @@
 
 The sentences say what was observed and which rule it breaks, e.g. "the old worker's
 completion was accepted after generation 2 took over" or "the supplier holds 2 orders".
-A function still holding its stub is reported as "not implemented yet: <function>".
+Every sentence ends by naming the learner function(s) to revisit, and the notebook that holds
+them; a fact that no learner function decides says so. A function still holding its stub is
+reported as "not implemented yet: write `<function>` in <notebook> and run it".
 """
 
 from __future__ import annotations
 
 from course.checkpoint.cases import ACCEPTED_THEN_CRASH, KILLED, LIVE_STALE, PAUSED
 from course.checkpoint.evidence import CaseEvidence
+from course.learner import NOTEBOOK_OF
 
 BOUNDARIES = {
     "transcript": "transcript observation",
@@ -16,6 +19,21 @@ BOUNDARIES = {
     "supplier": "supplier execution",
 }
 STALE_BOUNDARIES = tuple(BOUNDARIES)
+# the learner functions that decide each boundary's refusal, most specific first
+BOUNDARY_FUNCTIONS = {
+    "transcript": ("assert_current", "observe"),
+    "completion": ("assert_current", "finish"),
+    "supplier": ("assert_current",),
+}
+HARNESS = "not your code: the experiment itself went wrong; run the checkpoint again"
+
+
+def revisit(*functions: str) -> str:
+    """' (revisit `claim` in 01_claims)': the suffix every verdict sentence carries."""
+    if not functions:
+        return f" ({HARNESS})"
+    named = [f"`{name}` in {NOTEBOOK_OF[name]}" if name in NOTEBOOK_OF else f"`{name}`" for name in functions]
+    return " (revisit " + (named[0] if len(named) == 1 else ", then ".join(named)) + ")"
 
 
 def judge(evidence: CaseEvidence) -> CaseEvidence:
@@ -27,7 +45,10 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
     if evidence.operation is None:
         evidence.failures.append("the old worker never reported a prepared order")
         return evidence
-    say = evidence.failures.append
+    def say(sentence: str, *functions: str) -> None:
+        named = "(revisit" in sentence or sentence.startswith("not implemented yet")
+        evidence.failures.append(sentence if named else sentence + revisit(*functions))
+
     old = evidence.old_generation
     new = None if old is None else old + 1
 
@@ -48,51 +69,53 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
     for attempt in evidence.expired_probe:
         if attempt["outcome"] != "refused":
             say(_stale_sentence(attempt, "after its lease expired (before any replacement): expiry alone "
-                                         "must end its authority"))
+                                         "must end its authority"), "assert_current")
 
     # the replacement
     replacement = evidence.replacement or {}
     if "error" in replacement:
         if evidence.model_calls:
             say(f"the replacement called the model ({evidence.model_calls} call(s)): recovery must continue "
-                "the recorded, approved order without new reasoning")
+                "the recorded, approved order without new reasoning", "order_to_continue")
         else:
-            say(f"the replacement's pass failed: {replacement['error']}")
+            say(f"the replacement's pass failed: {replacement['error']}", "claim", "order_to_continue")
     elif evidence.model_calls:
-        say(f"the replacement called the model {evidence.model_calls} time(s)")
+        say(f"the replacement called the model {evidence.model_calls} time(s); the recorded order was enough",
+            "order_to_continue")
     if evidence.model_calls_recorded:
         say(f"the database recorded {evidence.model_calls_recorded} model call(s) reserved after the takeover; "
-            "recovery should reserve none")
+            "recovery should reserve none", "order_to_continue")
     if evidence.generation != new:
         say(f"the assignment is at generation {evidence.generation} after the takeover; expected {new} "
-            f"(the old worker held {old}, the replacement adds exactly one)")
+            f"(the old worker held {old}, the replacement adds exactly one)", "claim")
     if evidence.owner != replacement.get("owner"):
-        say(f"the assignment's owner is {evidence.owner!r}, not the replacement {replacement.get('owner')!r}")
+        say(f"the assignment's owner is {evidence.owner!r}, not the replacement {replacement.get('owner')!r}", "claim")
     if evidence.work_status != "DONE":
         detail = replacement.get("result") or replacement.get("error") or replacement.get("status")
-        say(f"the assignment is {evidence.work_status} after the replacement's pass, not DONE ({detail})")
+        say(f"the assignment is {evidence.work_status} after the replacement's pass, not DONE ({detail})", "finish", "order_to_continue")
     if evidence.work_result and "stale result" in evidence.work_result:
-        say("the stored work result is the old worker's stale result, not the replacement's receipt")
+        say("the stored work result is the old worker's stale result, not the replacement's receipt", "assert_current", "finish")
 
     # the supplier, counted from its own ledger
     if evidence.supplier_orders != 1:
-        say(f"the supplier holds {evidence.supplier_orders} orders; exactly 1 was approved")
+        say(f"the supplier holds {evidence.supplier_orders} orders; exactly 1 was approved", "order_to_continue", "assert_current")
     if evidence.supplier_operations and evidence.supplier_operations != [evidence.operation]:
         say(f"the supplier's orders carry operation(s) {evidence.supplier_operations}, not only the original "
-            f"operation {evidence.operation}")
+            f"operation {evidence.operation}", "order_to_continue")
     if evidence.supplier_posts is not None and evidence.supplier_posts != 1:
         say(f"the supplier received {evidence.supplier_posts} order requests (POST); the order should be sent "
-            "exactly once" + (" and then only looked up" if evidence.case == ACCEPTED_THEN_CRASH else ""))
+            "exactly once" + (" and then only looked up" if evidence.case == ACCEPTED_THEN_CRASH else ""),
+            "order_to_continue")
     if evidence.order_status != "CONFIRMED":
-        say(f"the shop records the order as {evidence.order_status}, not CONFIRMED")
+        say(f"the shop records the order as {evidence.order_status}, not CONFIRMED", "order_to_continue")
 
     # money and the transcript (SQL)
     if (evidence.reserved_pence, evidence.spent_pence) != (0, evidence.order_amount):
         say(f"money reserved/spent is {evidence.reserved_pence}/{evidence.spent_pence} pence; expected "
-            f"0/{evidence.order_amount} (the one approved order, paid once)")
+            f"0/{evidence.order_amount} (the one approved order, paid once)", "order_to_continue")
     stale_rows = evidence.transcript_rows.get(str(old), 0)
     if stale_rows:
-        say(f"the transcript holds {stale_rows} row(s) written by generation {old}, the stale holder")
+        say(f"the transcript holds {stale_rows} row(s) written by generation {old}, the stale holder", "assert_current", "observe")
 
     # the old holder's writes after the takeover
     if evidence.case in (LIVE_STALE, PAUSED):
@@ -102,7 +125,7 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
             if attempt is None:
                 say(f"the old worker never reported its {BOUNDARIES[boundary]} attempt")
             elif attempt["outcome"] != "refused":
-                say(_stale_sentence(attempt, f"after generation {new} took over"))
+                say(_stale_sentence(attempt, f"after generation {new} took over"), *BOUNDARY_FUNCTIONS[boundary])
 
     if evidence.case == ACCEPTED_THEN_CRASH:
         _judge_accepted_then_crash(evidence)
@@ -110,7 +133,9 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
 
 
 def _judge_accepted_then_crash(evidence: CaseEvidence) -> None:
-    say = evidence.failures.append
+    def say(sentence: str, *functions: str) -> None:
+        evidence.failures.append(sentence + revisit(*functions))
+
     if evidence.order_status_after_crash != "SENDING":
         say(f"the crash did not land between the supplier's commit and the local receipt: the local order was "
             f"{evidence.order_status_after_crash} right after the kill, not SENDING")
@@ -119,16 +144,16 @@ def _judge_accepted_then_crash(evidence: CaseEvidence) -> None:
             "the order committed remotely before the kill")
     if evidence.supplier_gets != 1:
         say(f"the supplier answered {evidence.supplier_gets} lookups (GET); the replacement should discover the "
-            "uncertain operation with exactly one lookup before anything else")
+            "uncertain operation with exactly one lookup before anything else", "order_to_continue")
     later = evidence.later_work or {}
     settled, first = later.get("settled_seq"), later.get("first_seq")
     if settled is None:
-        say("the events table shows no settlement of the original order")
+        say("the events table shows no settlement of the original order", "order_to_continue")
     elif first is None:
-        say("the later assignment was never taken after the uncertain order was settled")
+        say("the later assignment was never taken after the uncertain order was settled", "claim")
     elif first < settled:
         say(f"the later assignment was taken (event {first}, {later.get('first_kind')}) before the uncertain "
-            f"order was settled (event {settled})")
+            f"order was settled (event {settled})", "claim")
 
 
 def _stale_sentence(attempt: dict, when: str) -> str:

@@ -1,0 +1,67 @@
+"""Where a learner's work lives, and the Jupyter servers for learners and instructors.
+
+`make lab` never opens the committed release (`notebooks/ch12/`): a learner's edits there would
+make `make test` fail (drift) and mix their work with the course's. Instead each learner works in
+`my-work/ch12/` (git-ignored), created on first use as a copy of the release. A notebook already
+there is never overwritten; to start a notebook over, delete (or rename) it and run `make lab`
+again, which copies a fresh one.
+
+The learner's JupyterLab has nbgrader's Validate button, and none of its instructor tools
+(Formgrader, Create Assignment, the course list): `jupyter/learner/` holds that configuration.
+The instructor's server (`make formgrader`) is rooted at the repository, where
+`nbgrader_config.py` and the gradebook are, because formgrader refuses a course directory
+outside the server's root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+ASSIGNMENT = "ch12"
+WORK = "my-work"
+LEARNER_CONFIG = Path("jupyter") / "learner"  # relative to the course root
+
+
+def working_copy(root: Path) -> tuple[Path, list[str]]:
+    """`root/my-work/ch12`, with a copy of every released notebook it does not hold yet.
+
+    Returns the folder and the notebooks copied now (existing ones are never touched).
+    """
+    release = root / "notebooks" / ASSIGNMENT
+    if not release.is_dir():
+        raise FileNotFoundError(f"no learner release at {release}: run this from the course folder")
+    folder = root / WORK / ASSIGNMENT
+    folder.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for notebook in sorted(release.glob("*.ipynb")):
+        target = folder / notebook.name
+        if not target.exists():
+            shutil.copy2(notebook, target)
+            copied.append(notebook.name)
+    return folder, copied
+
+
+def jupyter_lab(root: Path, *, instructor: bool, extra: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a JupyterLab server for this course.
+
+    Learner: rooted at the working copy, with the learner configuration (no instructor tools).
+    Instructor: rooted at the course folder, opening the formgrader.
+    """
+    root = root.resolve()
+    command = [sys.executable, "-m", "jupyter", "lab"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")  # as root (a container, say) JupyterLab insists on it
+    env = dict(os.environ)
+    # nbgrader runs `alembic` (and Validate runs `nbgrader`) by name: the environment's scripts first
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *filter(None, env.get("PATH", "").split(os.pathsep))])
+    if instructor:
+        command += [f"--ServerApp.root_dir={root}", "--ServerApp.default_url=/formgrader"]
+    else:
+        folder = root / WORK / ASSIGNMENT
+        command.append(f"--ServerApp.root_dir={folder}")
+        paths = [str(root / LEARNER_CONFIG), *filter(None, env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
+        env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(paths)
+    return command + list(extra or []), env
