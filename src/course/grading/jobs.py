@@ -52,7 +52,7 @@ def course_cells(release: dict[str, Any], full_sources: dict[str, str]) -> list[
     for cell in release["cells"]:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         grade_id = meta.get("grade_id", "")
-        released = _text(cell.get("source", ""))
+        released = cell_text(cell.get("source", ""))
         found.append(CourseCell(
             grade_id, cell["cell_type"], full_sources.get(grade_id, released),
             tuple(cell.get("metadata", {}).get("tags", [])), bool(meta.get("locked")), bool(meta.get("grade")),
@@ -79,7 +79,7 @@ def build_job(notebook: str, check: CourseCell, cells: list[CourseCell], submiss
     for index, cell in enumerate(submission_cells):
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
         if cell.get("cell_type") == "code" and grade_id not in locked_ids:
-            learner.append({"label": grade_id or f"#{index + 1}", "source": _text(cell.get("source", ""))})
+            learner.append({"label": grade_id or f"#{index + 1}", "source": cell_text(cell.get("source", ""))})
     # The check travels compiled: its hidden lines never enter the sandbox as text.
     code = marshal.dumps(compile(check.source, f"<check {check.grade_id}>", "exec"))
     return {"notebook": notebook, "cell": check.grade_id, "course_cells": course, "learner_cells": learner,
@@ -189,17 +189,24 @@ def _letters(text: str) -> str:
 
 
 def hidden_lines(source: str) -> list[str]:
-    """The substantial lines (12+ characters) of a cell's hidden regions, stripped."""
-    lines, hiding = [], False
+    """The substantial lines (12+ characters) of a cell's hidden regions, stripped, longest first."""
+    lines = {line.strip() for line in split_hidden(source)[1] if len(line.strip()) >= 12}
+    return sorted(lines, key=len, reverse=True)
+
+
+def split_hidden(source: str) -> tuple[list[str], list[str]]:
+    """(lines outside hidden regions, lines inside them); the marker lines belong to neither."""
+    visible, hidden, hiding = [], [], False
     for line in source.split("\n"):
         if BEGIN_HIDDEN in line:
             hiding = True
         elif END_HIDDEN in line:
             hiding = False
-        elif hiding and len(line.strip()) >= 12:
-            lines.append(line.strip())
-    return sorted(set(lines), key=len, reverse=True)
+        else:
+            (hidden if hiding else visible).append(line)
+    return visible, hidden
 
 
-def _text(source) -> str:
+def cell_text(source) -> str:
+    """Cell sources are stored as one string or as a list of lines."""
     return source if isinstance(source, str) else "".join(source)

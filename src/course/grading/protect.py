@@ -220,8 +220,8 @@ def gradebook_problems(gb, assignment: str, notebook: str, release: Path, source
             problems.append(f"cell {grade_id!r} is missing")
             continue
         expected = solutions.get(grade_id) if meta.get("locked") and grade_id in solutions else None
-        visible = "\n".join(_visible_lines(cell.source))
-        if expected is not None and cell.source != expected or visible != "\n".join(_visible_lines(jobs._text(raw["source"]))):
+        released = jobs.split_hidden(jobs.cell_text(raw["source"]))[0]
+        if expected is not None and cell.source != expected or jobs.split_hidden(cell.source)[0] != released:
             problems.append(f"cell {grade_id!r} has other source")
         node = nbformat.from_dict(raw)
         node.source = cell.source
@@ -232,18 +232,6 @@ def gradebook_problems(gb, assignment: str, notebook: str, release: Path, source
     return problems
 
 
-def _visible_lines(source: str) -> list[str]:
-    lines, hiding = [], False
-    for line in source.split("\n"):
-        if jobs.BEGIN_HIDDEN in line:
-            hiding = True
-        elif jobs.END_HIDDEN in line:
-            hiding = False
-        elif not hiding:
-            lines.append(line)
-    return lines
-
-
 def _solution_sources(path: Path) -> dict[str, str]:
     """Locked cells of the instructor's source notebook, when it is at hand."""
     if not path.is_file():
@@ -252,5 +240,5 @@ def _solution_sources(path: Path) -> dict[str, str]:
     for cell in json.loads(path.read_text())["cells"]:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("locked") and meta.get("grade_id"):
-            found[meta["grade_id"]] = jobs._text(cell["source"])
+            found[meta["grade_id"]] = jobs.cell_text(cell["source"])
     return found
