@@ -196,3 +196,16 @@ def test_hide_hidden_tests_keeps_only_the_message():
     assert cell.source.splitlines()[-1] == "# hidden tests (not shown)"
     assert [o.output_type for o in cell.outputs] == ["stream", "error"]
     assert cell.outputs[1].traceback == [f"AssertionError: {HIDDEN_MESSAGE}"]
+
+
+def test_an_nbgrader_failure_is_told_in_one_sentence(tmp_path):
+    """Feedback for a course with nothing graded: the cause, not a traceback's tail."""
+    (tmp_path / "nbgrader_config.py").write_text(
+        f"from course.grading.config import configure\nconfigure(c, {str(tmp_path)!r})\n")
+    with pytest.raises(commands.NbgraderError) as failed:
+        commands.feedback(root=tmp_path)
+    message = str(failed.value)
+    assert message.startswith("nbgrader generate_feedback failed: ") and "\n" not in message
+    assert "Traceback" not in message and len(message) < 500
+    assert commands.cause("[X | ERROR] There was an error processing assignment\nValueError: bad cell 'x'\n") == (
+        "ValueError: bad cell 'x'")

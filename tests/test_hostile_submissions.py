@@ -294,7 +294,8 @@ def graded(tmp_path_factory):
     root.mkdir()
     (root / "nbgrader_config.py").write_text(
         "from course.grading.config import configure\nfrom pathlib import Path\n"
-        "configure(c, Path(__file__).resolve().parent)\n")
+        "configure(c, Path(__file__).resolve().parent)\n"
+        "c.Execute.timeout = 30  # every honest cell of 01_claims takes a few seconds; a hung one costs less\n")
     shutil.copytree(SOLUTIONS, root / "solutions" / "ch12")
     commands.release(root=root)
     outside = base / "outside-canary.txt"

@@ -93,7 +93,10 @@ def release() -> None:
     """Generate the learner release (notebooks/ch12) from the solutions, outputs stripped."""
     from course.grading import commands
 
-    commands.release()
+    try:
+        commands.release()
+    except commands.NbgraderError as error:  # one sentence, not a traceback whose tail hides the cause
+        raise click.ClickException(str(error)) from None
 
 
 @main.command()
@@ -118,7 +121,10 @@ def feedback() -> None:
     """Feedback HTML for every student, with hidden tests removed."""
     from course.grading import commands
 
-    commands.feedback()
+    try:
+        commands.feedback()
+    except commands.NbgraderError as error:  # one sentence, not a traceback whose tail hides the cause
+        raise click.ClickException(str(error)) from None
 
 
 @main.command()
@@ -128,7 +134,10 @@ def grades(output: Path) -> None:
     """Export the gradebook as CSV."""
     from course.grading import commands
 
-    commands.export_grades(output)
+    try:
+        commands.export_grades(output)
+    except commands.NbgraderError as error:  # one sentence, not a traceback whose tail hides the cause
+        raise click.ClickException(str(error)) from None
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

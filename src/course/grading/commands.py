@@ -5,6 +5,7 @@ course.grading.reaper so nothing a submission starts survives its grading.
 """
 
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -57,8 +58,19 @@ def run_nbgrader(root, *args, check=True, sandbox=True):
     cmd = [sys.executable, "-m", "course.grading.reaper", sys.executable, "-m", "nbgrader", *args]
     proc = subprocess.run(cmd, check=False, cwd=root, env=env, capture_output=True, text=True)
     if check and proc.returncode:
-        raise NbgraderError(f"nbgrader {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+        raise NbgraderError(f"nbgrader {args[0]} failed: {cause(proc.stderr)}")
     return proc
+
+
+def cause(log: str) -> str:
+    """The one line of an nbgrader log that says why it failed (its last specific error)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    generic = ("Please see the", "There was an error processing assignment")
+    errors = [line.split("]", 1)[1].strip() for line in lines if "| ERROR]" in line]
+    specific = [line for line in errors if not line.startswith(generic) and not line.startswith("Traceback")]
+    exceptions = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Mismatch)\b.*:", line)]
+    found = (exceptions or specific or errors or lines or ["no output"])[-1]
+    return found if len(found) <= 400 else found[:397] + "..."
 
 
 def strip_outputs(path):
