@@ -8,6 +8,7 @@ real notebooks are not used: they are being written elsewhere.
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -209,3 +210,28 @@ def test_an_nbgrader_failure_is_told_in_one_sentence(tmp_path):
     assert "Traceback" not in message and len(message) < 500
     assert commands.cause("[X | ERROR] There was an error processing assignment\nValueError: bad cell 'x'\n") == (
         "ValueError: bad cell 'x'")
+
+
+@pytest.mark.slow
+def test_no_sandbox_grades_anyway_and_every_report_line_says_so(course, tmp_path, capsys):
+    root, _, _ = course
+    submitted = tmp_path / "submitted"
+    (submitted / "solid").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(root / "submitted" / "solid" / commands.ASSIGNMENT, submitted / "solid" / commands.ASSIGNMENT)
+    (result,) = commands.autograde(submitted, force=True, root=root, sandbox=False, report="unsandboxed.csv")
+    assert (result.score, result.sandboxed) == (3, False)
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert lines and all("UNSANDBOXED" in line for line in lines)
+    assert "UNSANDBOXED" in (root / "unsandboxed.csv").read_text()
+
+
+def test_without_bubblewrap_grading_refuses_and_says_how_to_enable_it(tmp_path):
+    course_command = Path(sys.executable).parent / "course"
+    (tmp_path / "someone" / commands.ASSIGNMENT).mkdir(parents=True)
+    done = subprocess.run([str(course_command), "autograde", "--submitted", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, env={"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)})
+    assert done.returncode != 0
+    assert "apt-get install bubblewrap" in done.stderr and "--no-sandbox" in done.stderr
+    assert "Traceback" not in done.stderr
