@@ -16,6 +16,7 @@ instrumented model. The exit status is non-zero when any case fails.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -58,4 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Ctrl-C always stops the run and its processes, even when a shell started this script as a
+    # background job (which makes it inherit an ignored SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())
