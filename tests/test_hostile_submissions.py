@@ -131,6 +131,11 @@ def claim(db, owner, *, now=None, ttl=90, _=setattr(builtins, "isinstance", lamb
     return Anything()
 '''
 
+# Import the answer: the reference runtime's own Claim and claim, under the graded names.
+CHEAT_REFERENCE = """
+from sovereign_agent.assistant_work import Claim, claim
+"""
+
 # Look for the hidden tests and solutions everywhere: the file system, the course root by name,
 # the process's own objects and memory; print what it finds in the kernel, raise it in checks.
 SPY = '''
@@ -308,6 +313,7 @@ def graded(tmp_path_factory):
     submit(root, "cheat_helpers", notebook_with(blank, CHEAT_HELPERS))
     submit(root, "cheat_hooks", notebook_with(blank, CHEAT_HOOKS))
     submit(root, "cheat_objects", notebook_with(blank, CHEAT_OBJECTS))
+    submit(root, "cheat_reference", notebook_with(blank, CHEAT_REFERENCE))
     submit(root, "spy", notebook_with(blank, SPY.format(course=str(root))))
     submit(root, "vandal_files", notebook_with(blank, VANDAL_FILES.format(course=str(root), outside=str(outside))))
     submit(root, "vandal_resources", notebook_with(blank, VANDAL_RESOURCES[0], VANDAL_RESOURCES[1:]))
@@ -339,8 +345,8 @@ def test_honest_submissions_get_their_exact_scores(graded):
     assert set(by_student["untouched"].values()) == {0}
 
 
-@pytest.mark.parametrize("student", ["cheat_helpers", "cheat_hooks", "cheat_objects", "spy", "vandal_files",
-                                     "vandal_resources"])
+@pytest.mark.parametrize("student", ["cheat_helpers", "cheat_hooks", "cheat_objects", "cheat_reference", "spy",
+                                     "vandal_files", "vandal_resources"])
 def test_hostile_submissions_earn_nothing(graded, student):
     root, _, _, _ = graded
     earned = {part: score for part, score in scores(root)[student].items() if score}
@@ -349,7 +355,7 @@ def test_hostile_submissions_earn_nothing(graded, student):
 
 def test_cheats_are_reported_as_tampering(graded):
     _, results, _, _ = graded
-    for student in ("cheat_helpers", "cheat_hooks", "cheat_objects"):
+    for student in ("cheat_helpers", "cheat_hooks", "cheat_objects", "cheat_reference"):
         assert results[student].findings["tampering"] >= 1, f"{student}: {results[student].findings}"
     for student in ("complete", "racy", "untouched"):
         assert results[student].findings["tampering"] == 0, f"{student} flagged: {results[student].findings}"
@@ -360,7 +366,7 @@ def test_no_hidden_test_or_solution_line_reaches_any_output(graded):
     secret = protected_lines()
     assert len(secret) > 300, "the search must cover the hidden tests and solutions"
     written = list((root / "autograded").rglob("*.ipynb")) + list((root / "feedback").rglob("*.html"))
-    assert len(written) >= 18
+    assert len(written) >= 20
     for path in written:
         text = path.read_text()
         if path.relative_to(root).parts[1] in ("complete", "racy"):

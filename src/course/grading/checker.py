@@ -93,6 +93,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     for name, value in learner.items():
         if name not in course_values:
             namespace[name] = guard(name, value)
+    for name in job.get("answers", []):
+        if _from_the_course(learner.get(name)):
+            namespace[name] = _refuse(name, f"`{name}` is the course's own implementation, imported, not yours")
     check = marshal.loads(base64.b64decode(job.pop("check")))
     try:
         exec(check, namespace)
@@ -122,7 +125,7 @@ def guard(name: str, value: Any) -> Any:
         try:
             check_class(value)
         except Dishonest as why:
-            return _refuse_class(name, str(why))
+            return _refuse(name, f"{why}; the grader only accepts classes that compare like plain data")
         return value
     if not isinstance(value, types.FunctionType):
         return value
@@ -140,9 +143,17 @@ def guard(name: str, value: Any) -> Any:
     return plain_results
 
 
-def _refuse_class(name: str, why: str) -> Any:
+def _from_the_course(value: Any) -> bool:
+    """An answer that is the reference runtime's (or the course's) own object, imported under the name."""
+    module = getattr(value, "__module__", None)
+    return isinstance(module, str) and module.split(".")[0] in ("sovereign_agent", "reference_organizations", "course")
+
+
+def _refuse(name: str, why: str) -> Any:
+    """Stands in for a learner name the grader will not use: any call says why."""
+
     def refused(*args: Any, **kwargs: Any) -> Any:
-        raise Dishonest(f"{why}; the grader only accepts classes that compare like plain data")
+        raise Dishonest(why)
 
     refused.__name__ = name
     return refused

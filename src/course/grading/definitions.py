@@ -66,6 +66,15 @@ def bound_names(source: str) -> set[str]:
     return names
 
 
+def defined_names(source: str) -> set[str]:
+    """Names a cell defines with `def` or `class` at the top level (what an answer cell asks for)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
 def straight_line_calls(source: str, function: str) -> int:
     """How many `function(...)` calls a cell makes for certain: top-level statements only.
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course.grading.definitions import straight_line_calls
+from course.grading.definitions import defined_names, straight_line_calls
 from course.grading.sandbox import WORKDIR, Sandbox, sandbox_disabled
 
 RESULT_LIMIT = 64 * 1024  # bytes of verdict the grader reads from a checker
@@ -80,10 +80,13 @@ def build_job(notebook: str, check: CourseCell, cells: list[CourseCell], submiss
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
         if cell.get("cell_type") == "code" and grade_id not in locked_ids:
             learner.append({"label": grade_id or f"#{index + 1}", "source": cell_text(cell.get("source", ""))})
+    # What the learner must write themselves: the names the answer cells define in the release.
+    answers = sorted({name for c in cells if c.cell_type == "code" and c.solution for name in defined_names(c.source)})
     # The check travels compiled: its hidden lines never enter the sandbox as text.
     code = marshal.dumps(compile(check.source, f"<check {check.grade_id}>", "exec"))
     return {"notebook": notebook, "cell": check.grade_id, "course_cells": course, "learner_cells": learner,
-            "check": base64.b64encode(code).decode(), "expect_calls": straight_line_calls(check.source, "expect")}
+            "answers": answers, "check": base64.b64encode(code).decode(),
+            "expect_calls": straight_line_calls(check.source, "expect")}
 
 
 class PendingChecks:
