@@ -59,6 +59,7 @@ TITLES = {
 }
 OPERATOR = "lucy"
 PROMPT = "Restock vanilla to its reorder level"
+SUBJECT = "SKU-VANILLA"  # what every case restocks
 REPLACEMENT = "replacement"
 SAME_LABEL = "lucy-stock-worker"  # the paused case: old holder and replacement share a label
 SUPPLIER_TIMEOUT = 3.0  # the replacement's client
@@ -162,7 +163,7 @@ def prepare(
         prepared.db = Database(prepared.database)
         prepared.stack.callback(prepared.db.close)
         seed_lucy(prepared.db)
-        evidence.work_id = enqueue(prepared.db, f"phone:{name}", OPERATOR, PROMPT, subject="SKU-VANILLA")
+        evidence.work_id = enqueue(prepared.db, f"phone:{name}", OPERATOR, PROMPT, subject=SUBJECT)
     except Exception as error:
         prepared.error = f"the case could not be set up: {type(error).__name__}: {error}"
         return prepared

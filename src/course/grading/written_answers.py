@@ -1,23 +1,22 @@
 """The manually graded questions, their model answers and rubrics, gathered for the instructor guide.
 
 They are written once, in the solution cells of `solutions/ch12/`, beside the question. The guide
-shows the same text between two markers; `python -m course.grading.written_answers` rewrites that
-part of the guide, and a test fails when the two drift apart.
+shows the same text as one of its generated parts (`course.guide`: `python -m course.guide`
+rewrites it, and a test fails when the two drift apart).
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
+from course.guide import wrap
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SOLUTIONS = REPO_ROOT / "solutions" / "ch12"
-GUIDE = REPO_ROOT / "docs" / "instructor-guide.md"
-START, END = "<!-- written-answers:start -->", "<!-- written-answers:end -->"
 SOLUTION_MARKERS = re.compile(r"^### (BEGIN|END) SOLUTION\s*$", re.M)
 
 
@@ -45,22 +44,12 @@ def written_answers(solutions: Path = SOLUTIONS) -> list[WrittenAnswer]:
 
 
 def render(answers: list[WrittenAnswer]) -> str:
-    parts = [START]
-    for item in answers:
-        parts.append(f"### `{item.grade_id}` ({item.notebook}, {item.points:g} pts)\n\n{item.question}\n\n{item.answer}")
-    parts.append(END)
-    return "\n\n".join(parts)
+    """The guide's part: one heading per question, then the question, model answer and rubric."""
+    return wrap("written-answers", "\n\n".join(
+        f"### `{item.grade_id}` ({item.notebook}, {item.points:g} pts)\n\n{item.question}\n\n{item.answer}"
+        for item in answers
+    ))
 
 
-def guide_section(guide: Path = GUIDE) -> str:
-    text = guide.read_text()
-    return text[text.index(START) : text.index(END) + len(END)]
-
-
-def update_guide(guide: Path = GUIDE, solutions: Path = SOLUTIONS) -> None:
-    guide.write_text(guide.read_text().replace(guide_section(guide), render(written_answers(solutions))))
-
-
-if __name__ == "__main__":
-    update_guide()
-    sys.exit(0)
+def render_all() -> str:
+    return render(written_answers())

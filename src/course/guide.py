@@ -1,0 +1,49 @@
+"""Parts of the instructor guide that are generated from the course itself, so they cannot drift.
+
+Each part sits between `<!-- NAME:start -->` and `<!-- NAME:end -->` in docs/instructor-guide.md.
+`python -m course.guide` rewrites every part; tests/test_instructor_guide.py fails when a part
+differs from what the code renders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GUIDE = REPO_ROOT / "docs" / "instructor-guide.md"
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def wrap(name: str, body: str) -> str:
+    start, end = markers(name)
+    return f"{start}\n\n{body.strip()}\n\n{end}"
+
+
+def section(name: str, guide: Path = GUIDE) -> str:
+    """The part called `name` as the guide holds it now, markers included."""
+    text = guide.read_text()
+    start, end = markers(name)
+    return text[text.index(start): text.index(end) + len(end)]
+
+
+def rendered() -> dict[str, Callable[[], str]]:
+    """Every generated part, by name: what the guide should hold."""
+    from course.checkpoint.evidence_table import render as evidence_table
+    from course.grading.written_answers import render_all as written_answers
+
+    return {"written-answers": written_answers, "checkpoint-evidence": evidence_table}
+
+
+def update(guide: Path = GUIDE) -> None:
+    text = guide.read_text()
+    for name, render in rendered().items():
+        text = text.replace(section(name, guide), render())
+    guide.write_text(text)
+
+
+if __name__ == "__main__":
+    update()
