@@ -173,7 +173,8 @@ NEVER_FINISHED = RACE_ANOTHER_WAY.replace(
     'finish(db, work, "BLOCKED", "waiting for room on the account" if order_id in refused else "approved")', "pass")
 ALWAYS_REFUSES_ONE = RACE_ANOTHER_WAY.replace(
     "raced = forced_approvals(db.path, first, second)",
-    "raced = {\"first\": forced_approvals(db.path, first, lambda own: None)[\"first\"], \"second\": ValueError(\"no room\")}")
+    "raced = {\"first\": forced_approvals(db.path, first, lambda own: None)[\"first\"],\n"
+    "             \"second\": ValueError(\"no room\")}")
 
 
 def test_a_race_written_differently_keeps_its_points():

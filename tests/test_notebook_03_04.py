@@ -70,7 +70,7 @@ def test_a_helper_in_another_learner_cell_is_loaded_by_the_checkpoint(tmp_path):
     for case in (killed, crashed):
         assert case.passed, case.failures
     assert killed.model_calls == 0 and killed.supplier_operations == [killed.operation]
-    assert_nothing_left(tmp_path, {c.worker_pid for c in (killed, crashed)} | {c.supplier_pid for c in (killed, crashed)})
+    assert_nothing_left(tmp_path, {pid for c in (killed, crashed) for pid in (c.worker_pid, c.supplier_pid)})
 
 
 def test_a_helper_bound_by_a_statement_is_explained_not_a_bare_name_error(tmp_path):
