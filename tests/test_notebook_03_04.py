@@ -81,3 +81,16 @@ def test_a_helper_bound_by_a_statement_is_explained_not_a_bare_name_error(tmp_pa
     explained = [f for f in case.failures if "`continuable_orders`" in f and "only the definitions" in f]
     assert explained, case.failures
     assert_nothing_left(tmp_path, {case.worker_pid, case.supplier_pid})
+
+
+def test_the_status_sections_killed_holder_is_really_killed_and_leaves_nothing_behind():
+    from course.checks import fresh_shop, killed_holder
+    from sovereign_agent.assistant_work import enqueue
+    from sovereign_agent.status import status_report
+
+    db = fresh_shop()
+    work_id = enqueue(db, "phone:vanilla", "lucy", "Restock vanilla", subject="SKU-VANILLA")
+    assert killed_holder(db, work_id, ttl=1.0) == -9
+    holders = status_report(db)["progress"]["live_holders"]
+    assert [(h["work"], h["owner"], h["generation"]) for h in holders] == [(work_id, "killed-worker", 1)]
+    assert_nothing_left(db.path.parent)
