@@ -267,3 +267,72 @@ def order_in_state(state: str) -> tuple[Database, Any, str]:
     if reached != state:
         raise RuntimeError(f"set-up: the order is {reached}, not {state}")
     return db, held, order_id
+
+
+# --- 03_recovery: exercise 4's race and the status section's killed holder ----------------------
+
+
+def forced_approvals(location: str | Path, first: Callable[[Database], Any], second: Callable[[Database], Any],
+                     *, pause: float = 0.5) -> dict[str, Any]:
+    """Exercise 4 (03_recovery): two approvals, each on its own connection to `location`.
+
+    `second` is released exactly between `first`'s read of assistant_work and its next write, as
+    `forced_race` does for claims, and `first` waits for it at most `pause` seconds. Returns
+    {"first": ..., "second": ..., "second waited": seconds}; an exception either raises is
+    returned as that value, so a refusal is data.
+    """
+
+    def outcome(approval: Callable[[Database], Any], db: Database) -> Any:
+        try:
+            return approval(db)
+        except Exception as error:  # OrderRefused, or a constraint the naive version runs into
+            return error
+
+    a = Database(location)
+    try:
+        box = interleave(a.connection, lambda: outcome(first, a), location,
+                         lambda other: outcome(second, other), pause=pause)
+    finally:
+        a.close()
+    return {"first": box["first"], "second": box["second"], "second waited": box["second waited"]}
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from sovereign_agent.assistant_work import claim
+from sovereign_agent.database import Database
+db = Database(sys.argv[1])
+held = claim(db, sys.argv[3], identifier=sys.argv[2], ttl=float(sys.argv[4]))
+Path(sys.argv[5]).write_text(str(held.generation))
+time.sleep(60)
+"""
+
+
+def killed_holder(db: Database, work_id: str, *, owner: str = "killed-worker", ttl: float = 1.0,
+                  limit: float = 20.0) -> int:
+    """A real child process claims `work_id` with a `ttl`-second lease and is SIGKILLed once it holds it.
+
+    Returns the child's exit status (-9). Every wait is bounded by `limit` seconds; the child
+    never outlives this call.
+    """
+    import signal
+    import subprocess
+    import sys
+
+    ready = Path(db.path).with_name(f"held-{work_id}")
+    child = subprocess.Popen([sys.executable, "-c", _HOLDER, str(db.path), work_id, owner, str(ttl), str(ready)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + limit
+        while not ready.exists():
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the holder did not claim {work_id}: {child.stderr.read().decode()[-300:]}")
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        return child.wait(limit)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(limit)
+        child.stderr.close()

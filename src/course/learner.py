@@ -1,10 +1,14 @@
 """Turn a learner's chapter-12 notebooks into an `Ownership` the real worker can run.
 
 The checkpoint does not import notebooks. It reads `01_claims`, `02_fencing` and `03_recovery`
-(nbformat 4 JSON), keeps only the cells tagged `setup` and the six graded cells (found by their
-nbgrader `grade_id`), and executes them in a fresh module. Everything else in a notebook
-(observations, tests, scratch work) is ignored, so a learner's experiments cannot change what
-is graded.
+(nbformat 4 JSON) and executes, in cell order and in a fresh module: the cells tagged `setup`,
+the six graded cells (found by their nbgrader `grade_id`) whole, and only the *definitions*
+(imports, `def`, `class`, literal constants: `course.grading.definitions`) of the learner's
+other cells, as the grader's checker does. So a helper the learner wrote in a cell of its own is
+there when a graded function calls it, while the course's locked cells (observations, tests) and
+every top-level statement of scratch work are ignored: a learner's experiments cannot change
+what is graded. A name a graded function needs but that only a statement binds (`x = f()`)
+is still missing; calling the function then raises a NameError that says so.
 
 One module per notebook, not one for all three: each notebook is self-contained, and a later
 notebook's `setup` cell may import the *reference* `claim` or `assert_current` (02_fencing
@@ -39,6 +43,7 @@ from typing import Any
 
 from course import kernel_runs
 from course.checks import not_implemented
+from course.grading.definitions import definitions_only
 from sovereign_agent.ownership import REFERENCE, Ownership
 
 REFERENCE_NAME = "reference"
@@ -70,9 +75,14 @@ class NotImplementedYet(NotImplementedError):
 @dataclass(frozen=True)
 class LearnerCell:
     notebook: str
-    label: str  # "setup" or the grade_id
+    label: str  # "setup", the grade_id, or "definitions #N" for another learner cell
     source: str
     saved_at: float = 0.0  # the notebook file's modification time
+
+    @property
+    def helper(self) -> bool:
+        """Definitions taken from a learner's other cell: it may fail to load without stopping the run."""
+        return self.label.startswith("definitions ")
 
 
 @dataclass(frozen=True)
@@ -149,7 +159,8 @@ def describe(implementation: str | Path) -> str:
 
 
 def learner_cells(folder: str | Path) -> list[LearnerCell]:
-    """The `setup` cells and the six graded cells, notebook by notebook, in cell order."""
+    """The `setup` cells, the six graded cells and the definitions of the learner's other cells,
+    notebook by notebook, in cell order."""
     folder = Path(folder).expanduser().resolve()
     if not folder.is_dir():
         raise LearnerCodeError(f"no notebook folder at {folder}")
@@ -163,11 +174,12 @@ def learner_cells(folder: str | Path) -> list[LearnerCell]:
         saved_at = path.stat().st_mtime
         trusted = _trusted_setup(notebook)
         cells.extend(LearnerCell(notebook, "setup", source, saved_at) for source in trusted or [])
-        for cell in _read_cells(path):
+        for number, cell in enumerate(_read_cells(path), start=1):
             if cell.get("cell_type") != "code":
                 continue
             metadata = cell.get("metadata", {})
-            grade_id = metadata.get("nbgrader", {}).get("grade_id")
+            nbgrader = metadata.get("nbgrader", {})
+            grade_id = nbgrader.get("grade_id")
             if "setup" in metadata.get("tags", []):
                 if trusted is None:
                     cells.append(LearnerCell(notebook, "setup", _text(cell.get("source", "")), saved_at))
@@ -176,6 +188,10 @@ def learner_cells(folder: str | Path) -> list[LearnerCell]:
                     raise LearnerCodeError(f"{path} has two cells with grade_id {grade_id!r}")
                 found.add(grade_id)
                 cells.append(LearnerCell(notebook, grade_id, _text(cell.get("source", "")), saved_at))
+            elif not nbgrader.get("locked"):  # the learner's own cell: its definitions only
+                kept = definitions_only(_text(cell.get("source", "")))
+                if kept:
+                    cells.append(LearnerCell(notebook, f"definitions #{number}", kept, saved_at))
         for grade_id in sorted(wanted - found):
             raise LearnerCodeError(
                 f"{path} has no code cell with nbgrader grade_id {grade_id!r}: "
@@ -255,6 +271,8 @@ def load_implementation(implementation: str | Path, *, require_saved: bool = Fal
             missing.extend(name for grade_id, name in GRADED_CELLS[cell.notebook] if grade_id == cell.label)
             continue
         except Exception as error:
+            if cell.helper:  # a failing import or decorator in another cell: that cell defines less
+                continue
             raise LearnerCodeError(f"{where} raised {type(error).__name__}: {error}") from error
         for grade_id, name in GRADED_CELLS[cell.notebook]:
             if grade_id == cell.label:
@@ -307,7 +325,13 @@ def _guarded(name: str, function: Callable[..., Any] | None, missing: list[str])
             # NameError it causes.
             if error.name in missing:
                 raise NotImplementedYet(error.name) from None
-            raise
+            raise NameError(
+                f"{error}: `{function.__name__}` needs `{error.name}`, which the checkpoint did not find. It runs "
+                "your notebooks' setup cells, your graded cells, and only the definitions (import, def, class, "
+                f"a literal constant) of your other cells; give `{error.name}` one of those forms, in a cell "
+                "of the same notebook, and save it.",
+                name=error.name,
+            ) from None
 
     return call
 

@@ -1,0 +1,230 @@
+"""03_recovery's graded exercises judge the decision, not one way of writing it.
+
+Each exercise gets at least one correct answer written differently from the solution, which must
+keep every point, and wrong answers (including the weaker solutions the notebook once had) that
+must lose points. Verdicts come from the real checker with the hidden tests (tests/checked_answers.py).
+The course's own experiments that the exercises rely on are checked directly: the delayed
+completion is really delayed, and the forced approvals really overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from checked_answers import verdicts
+from course.grading.definitions import definitions_only
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK = "03_recovery.ipynb"
+SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "ch12" / NOTEBOOK
+
+
+def score(answer_cell: str, source: str, test_cell: str) -> dict:
+    """The verdict of one graded test cell with one answer cell replaced (its message on one line)."""
+    verdict = verdicts(NOTEBOOK, {answer_cell: source}, only={test_cell})[test_cell]
+    return dict(verdict, message=" ".join(str(verdict.get("message", "")).split()))
+
+
+# --- exercise 2, part A: predict the delayed completion -----------------------------------------
+
+PREDICTION_REORDERED = '''
+# My prediction (a literal, in my own order):
+delayed_prediction = {
+    "completion": "refused",   # the cancellation moved the generation on
+    "order_after": "REVOKED",
+    "reserved_after": 0,
+    "status_after": "CANCELLED",
+    "generation_after": 3,
+    "held_generation": 2,
+}
+'''
+
+
+def test_a_prediction_written_differently_keeps_its_points():
+    verdict = score("delayed_prediction", PREDICTION_REORDERED, "test_delayed_prediction")
+    assert verdict["passed"], verdict
+
+
+@pytest.mark.parametrize("field, wrong", [
+    ("completion", '"accepted"'),          # the late completion wins
+    ("generation_after", "2"),             # cancelling does not move the generation
+    ("reserved_after", "1100"),            # cancel keeps the unsent order's money
+    ("order_after", '"APPROVED"'),         # cancel leaves the unsent order
+])
+def test_a_wrong_prediction_loses_the_points(field, wrong):
+    import re
+
+    source = re.sub(rf'"{field}": [^,\n]+', f'"{field}": {wrong}', PREDICTION_REORDERED)
+    assert source != PREDICTION_REORDERED
+    verdict = score("delayed_prediction", source, "test_delayed_prediction")
+    assert not verdict["passed"] and field in verdict["message"], verdict
+
+
+def _course_namespace(*grade_ids: str) -> dict:
+    """The solution's setup cells, whole, then the definitions of the named locked cells."""
+    cells = json.loads(SOLUTION.read_text())["cells"]
+    namespace: dict = {"__name__": "course_cells"}
+    for cell in cells:
+        meta = cell["metadata"]
+        source = "".join(cell["source"])
+        if "setup" in meta.get("tags", []):
+            exec(compile(source, "<setup>", "exec"), namespace)
+    for cell in cells:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") in grade_ids:
+            exec(compile(definitions_only("".join(cell["source"])), "<course>", "exec"), namespace)
+    return namespace
+
+
+def test_the_delayed_completion_is_really_delayed_and_released_after_the_cancellation():
+    course = _course_namespace("cancel_while_delayed_experiment")
+    db = course["fresh_shop"]()
+    work_id = course["enqueue"](db, "phone:slow", "lucy", "Check the vanilla stock", subject="SKU-VANILLA")
+    started = time.monotonic()
+    measured = course["cancel_while_delayed"](db, work_id, delay=0.4)
+    elapsed = time.monotonic() - started
+    assert elapsed >= 0.4, f"the experiment took {elapsed:.2f} s: no real delay"
+    assert measured["cancelled_first"] and measured["completion"] == "refused"
+    assert (measured["status_after"], measured["generation_after"]) == ("CANCELLED", 2)
+
+
+# --- exercise 2, part B: what recovery may do ----------------------------------------------------
+
+DECISION_ANOTHER_WAY = '''
+def recovery_action(order, work, receipt, *, now, supplier_timeout):
+    """Outcome first; sending only when every admission rule that can still fail holds."""
+    if receipt:
+        return "record receipt"
+    lease_left = work["expires"] - now
+    may_send = not bool(work["cancelled"]) and order["approved_until"] > now and lease_left > supplier_timeout
+    return "resend" if may_send else "keep reserved"
+'''
+CANCELLATION_FIRST = '''
+def recovery_action(order, work, receipt, *, now, supplier_timeout):
+    if work["cancelled"]:
+        return "keep reserved"
+    if receipt is not None:
+        return "record receipt"
+    return "resend" if order["approved_until"] > now and work["expires"] - now > supplier_timeout else "keep reserved"
+'''
+FOUND_NOTHING_MEANS_SEND = '''
+def recovery_action(order, work, receipt, *, now, supplier_timeout):
+    return "record receipt" if receipt is not None else "resend"
+'''
+LEASE_EQUAL_IS_ENOUGH = '''
+def recovery_action(order, work, receipt, *, now, supplier_timeout):
+    if receipt is not None:
+        return "record receipt"
+    if work["cancelled"] or order["approved_until"] <= now or work["expires"] - now < supplier_timeout:
+        return "keep reserved"
+    return "resend"
+'''
+
+
+def test_a_decision_written_differently_keeps_its_points():
+    verdict = score("recovery_action", DECISION_ANOTHER_WAY, "test_recovery_action")
+    assert verdict["passed"], verdict
+
+
+@pytest.mark.parametrize("source, said", [
+    (CANCELLATION_FIRST, "record receipt"),        # a cancelled order's outcome is never recorded
+    (FOUND_NOTHING_MEANS_SEND, "keep reserved"),   # finding nothing is taken as authority to send
+    (LEASE_EQUAL_IS_ENOUGH, "MORE time left"),     # the lease must exceed the supplier's timeout
+])
+def test_a_wrong_decision_loses_the_points(source, said):
+    verdict = score("recovery_action", source, "test_recovery_action")
+    assert not verdict["passed"] and said in verdict["message"], verdict
+
+
+# --- exercise 4: two sessions, one account ------------------------------------------------------
+
+RACE_ANOTHER_WAY = '''
+def race_two_sessions(db, policy, admit):
+    """Strawberry races first this time, other labels and amounts, and the turns end BLOCKED."""
+    plans = [("van", "SKU-STRAWBERRY", 4), ("counter", "SKU-VANILLA", 7)]  # 1100 and 1750: each fits, not both
+    held, orders = [], []
+    for session, sku, quantity in plans:
+        work_id = enqueue(db, f"call:{session}:{sku}", session, f"Please restock {sku}", subject=sku)
+        held.append(claim(db, f"{session}-assistant", identifier=work_id, ttl=45))
+    for work, (_, sku, quantity) in zip(held, plans):
+        orders.append(propose(db, work, sku, quantity, target=SUPPLIER_IDENTITY))
+    digests = {o: d for o, d in db.connection.execute("SELECT id, digest FROM assistant_orders")}
+    first, second = (lambda own, o=o: admit(own, o, digests[o], actor="lucy", policy=policy,
+                                             expires=time.time() + 120) for o in orders)
+    raced = forced_approvals(db.path, first, second)
+    refused = {}
+    for order_id, outcome in zip(orders, (raced["first"], raced["second"])):
+        if isinstance(outcome, Exception):
+            refused[order_id] = repr(outcome)
+    for work, order_id in zip(held, orders):
+        finish(db, work, "BLOCKED", "waiting for room on the account" if order_id in refused else "approved")
+    return {"claims": held, "approved": [o for o in orders if o not in refused], "refused": refused}
+'''
+SEQUENTIAL = RACE_ANOTHER_WAY.replace(
+    "raced = forced_approvals(db.path, first, second)",
+    "raced = {}\n    for key, approval in ((\"first\", first), (\"second\", second)):\n"
+    "        try:\n            raced[key] = approval(db)\n        except Exception as error:\n"
+    "            raced[key] = error")
+NEVER_FINISHED = RACE_ANOTHER_WAY.replace(
+    'finish(db, work, "BLOCKED", "waiting for room on the account" if order_id in refused else "approved")', "pass")
+ALWAYS_REFUSES_ONE = RACE_ANOTHER_WAY.replace(
+    "raced = forced_approvals(db.path, first, second)",
+    "raced = {\"first\": forced_approvals(db.path, first, lambda own: None)[\"first\"],\n"
+    "             \"second\": ValueError(\"no room\")}")
+
+
+def test_a_race_written_differently_keeps_its_points():
+    verdict = score("exercise_sessions_vs_spending", RACE_ANOTHER_WAY, "test_exercise_sessions_vs_spending")
+    assert verdict["passed"], verdict
+
+
+@pytest.mark.parametrize("source, said", [
+    (SEQUENTIAL, "one after the other"),      # the old solution's weakness: no real race
+    (NEVER_FINISHED, "never finished"),       # ... and turns left holding their work
+    (ALWAYS_REFUSES_ONE, "admit"),            # a refusal decided without asking the account
+])
+def test_a_race_that_does_not_race_finish_or_ask_loses_the_points(source, said):
+    assert source != RACE_ANOTHER_WAY
+    verdict = score("exercise_sessions_vs_spending", source, "test_exercise_sessions_vs_spending")
+    assert not verdict["passed"] and said in verdict["message"], verdict
+
+
+def test_forced_approvals_really_overlap_and_only_the_account_transaction_holds():
+    course = _course_namespace("session_lock_approval", "exercise_sessions_vs_spending")
+    outcomes = {}
+    for name in ("approve_under_session_lock", "approve"):
+        db = course["fresh_shop"]()
+        evidence = course["race_two_sessions"](db, course["POLICY"], course[name])
+        outcomes[name] = (len(evidence["approved"]), list(evidence["refused"].values()), course["money"](db))
+    naive, sound = outcomes["approve_under_session_lock"], outcomes["approve"]
+    assert naive[0] == 1 and "CHECK constraint failed" in naive[1][0], naive  # both decided "fits"
+    assert sound[0] == 1 and sound[1][0].startswith("OrderRefused") and sound[2][0] == 1500, sound
+
+
+# --- section 6: four questions -------------------------------------------------------------------
+
+
+def test_reading_a_killed_worker_as_bad_health_loses_the_points():
+    wrong = '''four_answers = {"health": "B", "progress": "C", "cancellation": "E", "external": "G"}'''
+    verdict = score("four_answers", wrong, "test_four_answers")
+    assert not verdict["passed"] and "health: you chose B" in verdict["message"], verdict
+    assert score("four_answers", wrong.replace('"B"', '"A"'), "test_four_answers")["passed"]
+
+
+def test_order_to_continue_in_the_solution_follows_the_runtime():
+    from course.checks import ORDER_STATES, order_in_state
+    from sovereign_agent.assistant_orders import order_to_continue as runtime
+
+    course = _course_namespace("order_to_continue")
+    for older in ORDER_STATES:
+        for newer in ("APPROVED", "CONFIRMED"):
+            db, held, _ = order_in_state(older)
+            course["approved_order"](db, held, "SKU-VANILLA", 2)
+            if newer == "CONFIRMED":
+                newest = db.connection.execute("SELECT id FROM assistant_orders ORDER BY rowid DESC").fetchone()[0]
+                course["execute"](db, held, newest, course["ScriptedSupplier"]("ACCEPTED"), policy=course["POLICY"])
+            assert course["order_to_continue"](db, held) == runtime(db, held), (older, newer)
