@@ -44,6 +44,11 @@ class OrderRefused(PermissionError):
     """The order may not go ahead as things stand (ceiling, approval, cancellation, lease)."""
 
 
+def open_account(connection: sqlite3.Connection, limit_pence: int) -> None:
+    """Open the spending account with its ceiling, once; later calls change nothing."""
+    connection.execute("INSERT OR IGNORE INTO assistant_spending(id, limit_pence) VALUES (1, ?)", (limit_pence,))
+
+
 def propose(db: Database, work: Claim, sku: str, quantity: int, *, target: str, fence: Fence = assert_current) -> str:
     """Record a DRAFT order for the current holder; the same proposal always gets the same id."""
     if not isinstance(quantity, int) or isinstance(quantity, bool) or not 1 <= quantity <= 1000:

@@ -48,6 +48,7 @@ from sovereign_agent.assistant_orders import SpendingPolicy
 from sovereign_agent.assistant_work import enqueue
 from sovereign_agent.database import Database
 from sovereign_agent.ownership import Ownership
+from sovereign_agent.records import lease_expiry, orders_of, spending_policy
 
 KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH = "killed", "live_stale", "paused", "accepted_then_crash"
 ALL = (KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH)
@@ -238,10 +239,8 @@ def run_prepared(
                 if ready["error"].startswith("not implemented yet"):
                     raise Abort(f"{ready['error']} (the old worker stopped while it claimed and prepared the order)")
                 raise Abort(f"the old worker could not claim and prepare the order: {ready['error']}")
-            ceiling = prepared.db.connection.execute(
-                "SELECT limit_pence FROM assistant_spending WHERE id=1").fetchone()[0]
             stage = Stage(evidence, setting, prepared.folder, prepared.database, prepared.db, worker,
-                          prepared.supplier, ready, SpendingPolicy(frozenset({OPERATOR}), total_pence=ceiling),
+                          prepared.supplier, ready, spending_policy(prepared.db.connection, {OPERATOR}),
                           while_waiting)
             _competing_claim(stage)
             STEPS[prepared.name](stage)
@@ -297,8 +296,7 @@ def _record_ready(evidence: CaseEvidence, ready: dict[str, Any]) -> None:
 def _competing_claim(stage: Stage) -> None:
     """While the first lease is live, another claimant must get None."""
     evidence = stage.evidence
-    expires = stage.db.connection.execute(
-        "SELECT expires FROM assistant_work WHERE id=?", (evidence.work_id,)).fetchone()[0]
+    expires = lease_expiry(stage.db.connection, evidence.work_id)
     at = time.time()
     evidence.competing_claim_lease_left = None if expires is None else expires - at
     if expires is not None and expires <= at:
@@ -334,7 +332,7 @@ def _wait_for_expiry(stage: Stage) -> None:
     deadline = time.monotonic() + bound
     with closing(sqlite3.connect(stage.database, timeout=10)) as db:
         while True:
-            expires = db.execute("SELECT expires FROM assistant_work WHERE id=?", (evidence.work_id,)).fetchone()[0]
+            expires = lease_expiry(db, evidence.work_id)
             now = time.time()
             if expires is None or now > expires:
                 break
@@ -395,8 +393,7 @@ def _pass_error(stage: Stage, error: Exception, decisions: list[tuple[str, Any]]
     """The replacement's failure, blamed on the learner's decision when that decision is why."""
     if decisions:
         work_id, decision = decisions[-1]
-        orders = [row[0] for row in stage.db.connection.execute(
-            "SELECT id FROM assistant_orders WHERE work_id=? AND status NOT IN ('DRAFT', 'REVOKED')", (work_id,))]
+        orders = [o["id"] for o in orders_of(stage.db.connection, work_id) if o["status"] not in ("DRAFT", "REVOKED")]
         if decision not in orders and orders:
             return (f"your `order_to_continue` returned {decision!r} for an assignment whose recorded order "
                     f"{orders[-1]!r} is past the draft stage, so the runtime had no order to continue "

@@ -155,7 +155,9 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 def _claim(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, Any]) -> Held:
     """Claim with the short lease, propose the vanilla order under the fence, approve it."""
     from reference_organizations.store.agent import SUPPLIER_IDENTITY, shortfalls
-    from sovereign_agent.assistant_orders import SpendingPolicy, approve, propose
+    from sovereign_agent.assistant_orders import approve, propose
+    from sovereign_agent.records import holding, spending_policy
+    from sovereign_agent.records import order as recorded_order
 
     ownership, db = loaded
     record["claim_requested_at"] = time.time()
@@ -164,19 +166,16 @@ def _claim(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, 
     if work is None:
         raise RuntimeError("claim returned None for the only READY assignment in an unpaused runtime")
     record["claim"] = _fields(work)
-    row = db.connection.execute(
-        "SELECT expires, generation, owner, status FROM assistant_work WHERE id=?", (work.id,)
-    ).fetchone()
-    record["row"] = dict(row) if row is not None else None
+    row = holding(db.connection, work.id)
+    record["row"] = row
     if row is not None:
         record["expires"] = row["expires"]
     needed = next((item["needed"] for item in shortfalls(db) if item["sku"] == VANILLA), None)
     if needed is None:
         raise RuntimeError(f"the seeded shop shows no shortfall for {VANILLA}")
     order = propose(db, work, VANILLA, needed, target=SUPPLIER_IDENTITY, fence=ownership.assert_current)
-    ceiling = db.connection.execute("SELECT limit_pence FROM assistant_spending WHERE id=1").fetchone()[0]
-    policy = SpendingPolicy(frozenset({OPERATOR}), total_pence=ceiling)
-    proposed = db.connection.execute("SELECT digest, amount FROM assistant_orders WHERE id=?", (order,)).fetchone()
+    policy = spending_policy(db.connection, {OPERATOR})
+    proposed = recorded_order(db.connection, order)
     approve(db, order, proposed["digest"], actor=OPERATOR, policy=policy, expires=time.time() + APPROVAL_SECONDS)
     record.update(order=order, sku=VANILLA, quantity=needed, amount=proposed["amount"], approved_at=time.time())
     return Held(db, ownership, work, order, policy, SUPPLIER_IDENTITY)
