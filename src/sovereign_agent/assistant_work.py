@@ -15,10 +15,9 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
-from sovereign_agent.database import Database
+from sovereign_agent.database import Database, authority_marker
 from sovereign_agent.events import append_event
 
 TERMINAL_STATES = frozenset({"DONE", "BLOCKED", "CANCELLED"})
@@ -125,6 +124,12 @@ SELECT w.* FROM assistant_work AS w
 """
 
 
+def check_ttl(ttl: object) -> None:
+    """A lease must be bounded: a finite number of seconds in (0, MAX_TTL_SECONDS]."""
+    if not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL_SECONDS:
+        raise ValueError(f"bounded claim lifetime required: 0 < ttl <= {MAX_TTL_SECONDS} seconds")
+
+
 def claim(
     db: Database,
     owner: str,
@@ -140,8 +145,7 @@ def claim(
     now = _clock(now)
     if not isinstance(owner, str) or not owner.strip():
         raise ValueError("an owner label is required")
-    if not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL_SECONDS:
-        raise ValueError(f"bounded claim lifetime required: 0 < ttl <= {MAX_TTL_SECONDS} seconds")
+    check_ttl(ttl)
     with db.immediate() as connection:
         control = connection.execute("SELECT epoch, paused FROM assistant_control WHERE id=1").fetchone()
         if control["paused"]:
@@ -183,7 +187,7 @@ def assert_current(connection: sqlite3.Connection, work: Claim, now: float | Non
     control = connection.execute("SELECT epoch, paused FROM assistant_control WHERE id=1").fetchone()
     database_file = connection.execute("PRAGMA database_list").fetchone()[2]
     try:
-        marker_epoch = Path(database_file).with_suffix(".authority").read_text()
+        marker_epoch = authority_marker(database_file).read_text()
     except OSError:
         raise PermissionError("authority marker is unavailable") from None
     if control is None or control["paused"] or not (work.epoch == control["epoch"] == marker_epoch):

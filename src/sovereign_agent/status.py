@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sovereign_agent.database import BUSY_TIMEOUT_SECONDS, Database
+from sovereign_agent.database import BUSY_TIMEOUT_SECONDS, Database, authority_marker
 
 WORK_STATES = ("READY", "RUNNING", "DONE", "BLOCKED", "CANCELLED")
 ORDER_STATES = ("DRAFT", "APPROVED", "SENDING", "UNKNOWN", "CONFIRMED", "REJECTED", "REVOKED")
@@ -196,7 +196,7 @@ def _health(connection: sqlite3.Connection) -> dict[str, Any]:
     messages = [r[0] for r in connection.execute("PRAGMA quick_check")]
     control = connection.execute("SELECT epoch, paused FROM assistant_control WHERE id=1").fetchone()
     database_file = connection.execute("PRAGMA database_list").fetchone()[2]
-    marker = Path(database_file).with_suffix(".authority")
+    marker = authority_marker(database_file)
     try:
         marker_epoch: str | None = marker.read_text()
     except OSError:

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course.checkpoint.evidence import CaseEvidence, count_shop, count_supplier, exit_signal, work_state
+from course.checkpoint.evidence import CaseEvidence, claim_fields, count_shop, count_supplier, exit_signal, work_state
 from course.checkpoint.model import CountingModel, NewReasoningRequested, NoNewReasoning
 from course.checkpoint.processes import START_TIMEOUT, WorkerFailed, WorkerProcess
+from course.checkpoint.scenario import OPERATOR, PROMPT, SUBJECT
 from course.learner import NotImplementedYet
 from reference_organizations.store.agent import OfflineShopModel, seed_lucy
 from reference_organizations.store.assistant import run_once
@@ -58,9 +59,6 @@ TITLES = {
     PAUSED: "paused holder (SIGSTOP, then SIGCONT)",
     ACCEPTED_THEN_CRASH: "accepted by the supplier, then crash",
 }
-OPERATOR = "lucy"
-PROMPT = "Restock vanilla to its reorder level"
-SUBJECT = "SKU-VANILLA"  # what every case restocks
 REPLACEMENT = "replacement"
 SAME_LABEL = "lucy-stock-worker"  # the paused case: old holder and replacement share a label
 SUPPLIER_TIMEOUT = 3.0  # the replacement's client
@@ -306,7 +304,7 @@ def _competing_claim(stage: Stage) -> None:
             "run again with a longer lease"
         )
     competitor = stage.setting.ownership.claim(stage.db, "competitor", ttl=stage.setting.lease)
-    evidence.competing_claim = None if competitor is None else _claim_fields(competitor)
+    evidence.competing_claim = None if competitor is None else claim_fields(competitor)
     evidence.mark("replacement", "competing claim: " + ("None" if competitor is None else "TAKEN"), at)
     if competitor is not None:
         left = evidence.competing_claim_lease_left
@@ -529,11 +527,6 @@ def _count(evidence: CaseEvidence, database: Path, ledger: Path) -> None:
             "first_kind": touched[0]["kind"] if touched else None,
             "status": work_state(database, later_id).get("status"),
         }
-
-
-def _claim_fields(claim: Any) -> dict[str, Any]:
-    names = ("id", "session", "prompt", "generation", "owner", "epoch", "subject", "role")
-    return {name: getattr(claim, name, None) for name in names}
 
 
 def _jsonable(outcome: Any) -> dict[str, Any]:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from course.checkpoint.scenario import APPROVAL_SECONDS, OPERATOR
 from sovereign_agent.ownership import Ownership
 
 POINTS: dict[str, str] = {
@@ -47,8 +48,6 @@ POINTS: dict[str, str] = {
     "finished": "after finish",
 }
 SUPPLIER_POINT = "supplier-committed"
-OPERATOR = "lucy"
-APPROVAL_SECONDS = 600
 
 Stop = Callable[[str], None]
 

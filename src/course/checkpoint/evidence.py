@@ -13,9 +13,12 @@ import json
 import signal
 import sqlite3
 from contextlib import closing
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sovereign_agent.assistant_work import Claim
 
 
 @dataclass
@@ -95,6 +98,12 @@ class CaseEvidence:
 
     def to_json(self) -> dict[str, Any]:
         return {"passed": self.passed, **asdict(self)}
+
+
+def claim_fields(claim: Any) -> dict[str, Any]:
+    """A claim as plain JSON data, field by field as `Claim` declares them (a learner's claim
+    object may lack some: those read None)."""
+    return {f.name: getattr(claim, f.name, None) for f in dataclasses.fields(Claim)}
 
 
 def exit_signal(returncode: int | None) -> str | None:

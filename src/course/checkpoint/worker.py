@@ -43,13 +43,12 @@ import select
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-VANILLA = "SKU-VANILLA"
-OPERATOR = "lucy"
-APPROVAL_SECONDS = 600
+from course.checkpoint.evidence import claim_fields
+from course.checkpoint.scenario import APPROVAL_SECONDS, OPERATOR, SUBJECT
+
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,19 +164,19 @@ def _claim(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, 
     record["claimed_at"] = time.time()
     if work is None:
         raise RuntimeError("claim returned None for the only READY assignment in an unpaused runtime")
-    record["claim"] = _fields(work)
+    record["claim"] = claim_fields(work)
     row = holding(db.connection, work.id)
     record["row"] = row
     if row is not None:
         record["expires"] = row["expires"]
-    needed = next((item["needed"] for item in shortfalls(db) if item["sku"] == VANILLA), None)
+    needed = next((item["needed"] for item in shortfalls(db) if item["sku"] == SUBJECT), None)
     if needed is None:
-        raise RuntimeError(f"the seeded shop shows no shortfall for {VANILLA}")
-    order = propose(db, work, VANILLA, needed, target=SUPPLIER_IDENTITY, fence=ownership.assert_current)
+        raise RuntimeError(f"the seeded shop shows no shortfall for {SUBJECT}")
+    order = propose(db, work, SUBJECT, needed, target=SUPPLIER_IDENTITY, fence=ownership.assert_current)
     policy = spending_policy(db.connection, {OPERATOR})
     proposed = recorded_order(db.connection, order)
     approve(db, order, proposed["digest"], actor=OPERATOR, policy=policy, expires=time.time() + APPROVAL_SECONDS)
-    record.update(order=order, sku=VANILLA, quantity=needed, amount=proposed["amount"], approved_at=time.time())
+    record.update(order=order, sku=SUBJECT, quantity=needed, amount=proposed["amount"], approved_at=time.time())
     return Held(db, ownership, work, order, policy, SUPPLIER_IDENTITY)
 
 
@@ -269,13 +268,6 @@ def _explain(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _fields(work: Any) -> dict[str, Any]:
-    if is_dataclass(work):
-        return asdict(work)
-    names = ("id", "session", "prompt", "generation", "owner", "epoch", "subject", "role")
-    return {name: getattr(work, name, None) for name in names}
-
-
 def _claim_stdout() -> Any:
     """Keep the real stdout for protocol replies; route every other print to stderr."""
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8")
@@ -290,9 +282,13 @@ def _reply(replies: Any, message: dict[str, Any]) -> None:
 
 
 def _positive(text: str) -> float:
+    from sovereign_agent.assistant_work import check_ttl
+
     value = float(text)
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError("must be a number of seconds in (0, 3600]")
+    try:
+        check_ttl(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return value
 
 

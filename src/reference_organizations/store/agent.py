@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from reference_organizations.store.supplier.protocol import DEFAULT_IDENTITY as SUPPLIER_IDENTITY  # the shop's one wholesaler
 from sovereign_agent.assistant_orders import open_account, propose
 from sovereign_agent.assistant_work import Claim, assert_current
 from sovereign_agent.database import Database
@@ -25,7 +26,6 @@ CATALOGUE = (
 OPENING_CASH_PENCE = 20_000
 # The account ceiling: vanilla (1500) and strawberry (4 x 275 = 1100) each fit, both together do not.
 SPENDING_CEILING_PENCE = 2_500
-SUPPLIER_IDENTITY = "lucy-wholesale"
 
 
 def seed_lucy(db: Database) -> None:
