@@ -38,7 +38,6 @@ from sovereign_agent.database import BUSY_TIMEOUT_SECONDS, Database, authority_m
 
 WORK_STATES = ("READY", "RUNNING", "DONE", "BLOCKED", "CANCELLED")
 ORDER_STATES = ("DRAFT", "APPROVED", "SENDING", "UNKNOWN", "CONFIRMED", "REJECTED", "REVOKED")
-UNCERTAIN = ("SENDING", "UNKNOWN")
 LIST_LIMIT = 100  # rows per list; the counts are always complete
 
 

@@ -195,11 +195,6 @@ def _start_processes(
     evidence.prepare_seconds = time.monotonic() - began
 
 
-def run_case(name: str, setting: Setting) -> CaseEvidence:
-    """Prepare and run one case on its own (no overlap with another case)."""
-    return run_prepared(prepare(name, setting), setting)
-
-
 def run_prepared(
     prepared: Prepared,
     setting: Setting,

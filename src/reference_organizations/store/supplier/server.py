@@ -52,9 +52,6 @@ CREATE TABLE IF NOT EXISTS requests (
 """
 
 
-
-
-
 class Refusal(Exception):
     """A request the supplier answers with a 4xx and a JSON error, storing no order."""
 
