@@ -50,7 +50,6 @@ from course.checkpoint.evidence import claim_fields
 from course.checkpoint.scenario import APPROVAL_SECONDS, OPERATOR, SUBJECT
 
 
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     replies = _claim_stdout()
