@@ -15,9 +15,9 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from sovereign_agent.assistant_work import Claim, assert_current
+from sovereign_agent.assistant_work import Claim, Fence, assert_current
 from sovereign_agent.database import Database
 from sovereign_agent.events import append_event
 from sovereign_agent.suppliers import OutcomeUnknown, Supplier, SupplierRefused
@@ -27,7 +27,6 @@ UNSENT = ("DRAFT", "APPROVED")
 UNCERTAIN = ("SENDING", "UNKNOWN")
 SETTLED = ("CONFIRMED", "REJECTED")
 
-Fence = Callable[..., None]
 
 
 @dataclass(frozen=True)

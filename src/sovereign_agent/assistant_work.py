@@ -209,13 +209,17 @@ def assert_current(connection: sqlite3.Connection, work: Claim, now: float | Non
             raise PermissionError("delegation expired or parent cancelled")
 
 
-def observe(db: Database, work: Claim, message: dict[str, Any]) -> None:
+# A fence: raises PermissionError unless `work` is still current, inside the caller's transaction.
+Fence = Callable[[sqlite3.Connection, Claim, "float | None"], None]
+
+
+def observe(db: Database, work: Claim, message: dict[str, Any], *, now: float | None = None) -> None:
     """Append one transcript message, attributed to the generation that produced it."""
     if not isinstance(message, dict):
         raise ValueError("a transcript message is a JSON object")
     encoded = json.dumps(message, allow_nan=False, sort_keys=True)
     with db.immediate() as connection:
-        assert_current(connection, work)
+        assert_current(connection, work, now)
         connection.execute(
             "INSERT INTO assistant_transcript(work_id, generation, message) VALUES (?, ?, ?)",
             (work.id, work.generation, encoded),
@@ -276,14 +280,14 @@ def cancel(db: Database, identifier: str) -> bool:
 
 
 def reserve_model_call(
-    db: Database, work: Claim, estimate: int, *, now: float | None = None, fence: Callable[..., None] | None = None
+    db: Database, work: Claim, estimate: int, *, now: float | None = None, fence: Fence = assert_current
 ) -> int:
     """Count one more model call against the assignment's budget, under the fence."""
     if isinstance(estimate, bool) or not isinstance(estimate, int) or not 0 < estimate <= 1_000_000:
         raise ValueError("a model call estimate is a positive whole number of tokens")
     now = _clock(now)
     with db.immediate() as connection:
-        (fence or assert_current)(connection, work, now)
+        fence(connection, work, now)
         used = connection.execute(
             "SELECT count(*) FROM assistant_model_calls WHERE work_id=?", (work.id,)
         ).fetchone()[0]
