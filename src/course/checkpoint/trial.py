@@ -122,8 +122,7 @@ def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvid
         worker.kill()
     else:
         evidence.worker_state_when_paused = worker.pause()
-    stage = Stage(evidence, setting, prepared.folder, prepared.database, prepared.db, worker, supplier,
-                  {}, policy_for(prepared.db))
+    stage = Stage(prepared, setting, {}, policy_for(prepared.db))
     _wait_for_expiry(stage)
     evidence.takeover = _high_water(prepared.database, evidence.work_id)
     model = CountingModel(OfflineShopModel())
