@@ -43,3 +43,39 @@ def test_the_scan_would_see_raw_runtime_sql():
         '    return db.execute("SELECT expires FROM assistant_work WHERE id=?", (1,))\n'))
         if RUNTIME_SQL.search(node.value)]
     assert caught == ["SELECT expires FROM assistant_work WHERE id=?"]
+
+
+def _layout_map() -> dict[str, set[str]]:
+    """The README's code map: {folder: the entries named under it}."""
+    readme = (SRC.parent / "README.md").read_text()
+    block = readme.split("## How the code is laid out", 1)[1].split("```", 2)[1]
+    found: dict[str, set[str]] = {}
+    folder = None
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            folder = line.split()[0].rstrip("/")
+            found[folder] = set()
+        elif line.strip() and folder is not None:
+            names = line.strip().split("   ")[0].split()
+            found[folder].update(name.rstrip("/") for name in names if name.endswith((".py", "/")))
+    return found
+
+
+def test_the_readme_layout_map_matches_the_tree():
+    mapped = _layout_map()
+    root = SRC.parent
+    for folder, names in mapped.items():
+        if folder == "my-work/ch12":  # a learner's copy, made by `make lab`, never committed
+            continue
+        assert (root / folder).exists(), f"the README names {folder}/, which does not exist"
+        for name in names:
+            assert (root / folder / name).exists(), f"the README names {folder}/{name}, which does not exist"
+    for package in ("src/sovereign_agent", "src/reference_organizations", "src/reference_organizations/store",
+                    "src/course"):
+        if package not in mapped:
+            continue
+        present = {p.name for p in (root / package).iterdir()
+                   if (p.suffix == ".py" and p.name != "__init__.py") or (p.is_dir() and (p / "__init__.py").exists())}
+        named = mapped[package] | {name.split("/")[0] for folder, names in mapped.items()
+                                   if folder.startswith(package + "/") for name in [folder[len(package) + 1:]]}
+        assert present <= named, f"{package}: the README's map lacks {sorted(present - named)}"

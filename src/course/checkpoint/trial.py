@@ -35,7 +35,7 @@ from course.checkpoint.evidence import (
 from course.checkpoint.model import CountingModel
 from course.checkpoint.processes import START_TIMEOUT, WorkerFailed
 from reference_organizations.store.agent import OfflineShopModel
-from sovereign_agent.children import alive
+from reference_organizations.children import alive
 
 SIGKILL, SIGSTOP = "SIGKILL", "SIGSTOP"
 NEMESES = (SIGKILL, SIGSTOP)

@@ -116,7 +116,7 @@ def _pass(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, A
 
 def _ready(args: argparse.Namespace, record: dict[str, Any], error: BaseException | None) -> int:
     """Write the ready record atomically: the claim and order, or what stopped the worker."""
-    from sovereign_agent.children import write_atomically
+    from reference_organizations.children import write_atomically
 
     if error is not None:
         record["error"] = _explain(error)
