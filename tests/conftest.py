@@ -20,7 +20,7 @@ import pytest
 from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY, seed_lucy
 from sovereign_agent.assistant_orders import SpendingPolicy, approve, execute, propose
 from sovereign_agent.assistant_work import Claim, assert_current, claim, enqueue
-from sovereign_agent.children import alive
+from reference_organizations.children import alive
 from sovereign_agent.database import Database
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
 

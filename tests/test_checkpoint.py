@@ -64,7 +64,7 @@ SETUP = {
         import math
         import time
         from dataclasses import dataclass
-        from sovereign_agent.assistant_work import MAX_TTL_SECONDS, _ELIGIBLE, _RECOVERABLE, _clock
+        from sovereign_agent.assistant_work import MAX_TTL_SECONDS, _ELIGIBLE, _RECOVERABLE, _clock, check_ttl
         from sovereign_agent.database import Database
         from sovereign_agent.events import append_event
         print("learner setup output must not break the worker protocol")
@@ -77,7 +77,7 @@ SETUP = {
         from typing import Any
         from sovereign_agent import assistant_work as reference
         from sovereign_agent.assistant_work import TERMINAL_STATES, Claim, _clock, claim
-        from sovereign_agent.database import Database
+        from sovereign_agent.database import Database, authority_marker
         from sovereign_agent.events import append_event
     """,
     "03_recovery.ipynb": """

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sovereign_agent.children import alive, spawn, stop, wait_for_file, write_atomically
+from reference_organizations.children import alive, spawn, stop, wait_for_file, write_atomically
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc")
 
@@ -38,7 +38,7 @@ SLEEPER = "import sys, time; time.sleep(60)"
 # A parent that spawns a sleeping child, announces its pid, then waits to be SIGKILLed.
 PARENT_OF_SLEEPER = f"""
 import sys, time
-from sovereign_agent.children import spawn, write_atomically
+from reference_organizations.children import spawn, write_atomically
 child = spawn([sys.executable, "-c", {SLEEPER!r}, sys.argv[1]])
 write_atomically(sys.argv[1] + "/child.pid", str(child.pid))
 time.sleep(60)
@@ -75,6 +75,49 @@ def test_child_dies_when_its_parent_is_sigkilled(tmp_path: Path):
         stop(parent)
 
 
+# A parent whose child asks for SIGTERM: the child records the signal it got, then exits.
+PARENT_OF_TERM_CATCHER = """
+import signal, sys, time
+from reference_organizations.children import spawn, write_atomically
+catcher = (
+    "import os, signal, sys, time\\n"
+    "def caught(number, frame):\\n"
+    "    open(sys.argv[1] + '/signal.tmp', 'w').write(signal.Signals(number).name)\\n"
+    "    os.replace(sys.argv[1] + '/signal.tmp', sys.argv[1] + '/signal')\\n"
+    "    sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, caught)\\n"
+    "open(sys.argv[1] + '/armed', 'w').close()\\n"
+    "time.sleep(60)\\n"
+)
+child = spawn([sys.executable, "-c", catcher, sys.argv[1]], death_signal=signal.SIGTERM)
+write_atomically(sys.argv[1] + "/child.pid", str(child.pid))
+time.sleep(60)
+"""
+
+
+@linux_only
+def test_a_child_can_ask_for_a_gentler_death_signal(tmp_path: Path):
+    parent = subprocess.Popen(python(PARENT_OF_TERM_CATCHER, tmp_path))
+    try:
+        child = int(wait_for_file(tmp_path / "child.pid", timeout=10, process=parent))
+        wait_for_file(tmp_path / "armed", timeout=10)
+        parent.kill()
+        assert parent.wait(5) == -signal.SIGKILL
+        assert wait_for_file(tmp_path / "signal", timeout=5) == "SIGTERM"
+        assert dies_within(child, 5)
+    finally:
+        stop(parent)
+
+
+def test_spawn_runs_exactly_the_command_with_its_environment_and_folder(tmp_path: Path):
+    show = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('MARK'), os.getcwd()]))"
+    child = spawn([sys.executable, "-c", show, "a b", "--c"], env={**os.environ, "MARK": "set"}, cwd=tmp_path,
+                  stdout=subprocess.PIPE)
+    out, _ = child.communicate(timeout=10)
+    assert json.loads(out) == [["a b", "--c"], "set", str(tmp_path)]
+    assert child.returncode == 0
+
+
 @pytest.mark.parametrize("script", [PARENT_OF_SUPPLIER, PLAIN_PARENT_OF_SUPPLIER], ids=["spawn", "parent-pid"])
 def test_supplier_dies_when_its_parent_is_sigkilled(tmp_path: Path, script: str):
     parent = subprocess.Popen(python(script, tmp_path))
@@ -109,7 +152,7 @@ def test_stop_is_idempotent_and_reaps(tmp_path: Path):
 def test_stop_kills_what_ignores_sigterm(tmp_path: Path):
     stubborn = f"""
 import signal, sys, time
-from sovereign_agent.children import write_atomically
+from reference_organizations.children import write_atomically
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 write_atomically({str(tmp_path / "ready")!r}, "ignoring SIGTERM")
 time.sleep(60)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import fence_verdicts
-from sovereign_agent.children import spawn, stop
+from reference_organizations.children import spawn, stop
 from sovereign_agent.database import AuthorityMismatch, Database, authority_marker
 
 WAIT_SECONDS = 20.0

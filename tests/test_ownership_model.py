@@ -1,9 +1,8 @@
 """A Hypothesis state machine over claim / observe / finish / cancel / pause / clock advance.
 
-This is a MODEL OF THE RULES, not an operational test: the clock is injected. `claim` and
-`finish` take `now` directly; `observe` reads the wall clock inside `assert_current`, so the
-machine replaces `sovereign_agent.assistant_work.time` with its own clock for the duration of
-each run. Real lease expiry with real processes is exercised elsewhere (the checkpoint).
+This is a MODEL OF THE RULES, not an operational test: the clock is injected. `claim`,
+`observe` and `finish` take `now` directly, so the machine's clock is the only clock. Real lease
+expiry with real processes is exercised elsewhere (the checkpoint).
 
 A plain-Python model predicts, from the same sequence of operations, which assignment each claim
 gets and whether each write is allowed; the database must agree, and:
@@ -16,15 +15,12 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
-from unittest import mock
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule
 
-from sovereign_agent import assistant_work
 from sovereign_agent.assistant_work import cancel, claim, enqueue, finish, observe
 from sovereign_agent.database import Database
 
@@ -44,8 +40,6 @@ class OwnershipRules(RuleBasedStateMachine):
         super().__init__()
         self.directory = tempfile.TemporaryDirectory(prefix="ownership-model-")
         self.now = START
-        self.clock = mock.patch.object(assistant_work, "time", SimpleNamespace(time=lambda: self.now))
-        self.clock.start()
         # NORMAL: this machine checks rules, not durability; it keeps 1,500 steps fast.
         self.db = Database(Path(self.directory.name) / "model.sqlite", synchronous="NORMAL")
         self.paused = False
@@ -66,7 +60,6 @@ class OwnershipRules(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.db.close()
-        self.clock.stop()
         self.directory.cleanup()
 
     # --- the model ------------------------------------------------------------------------------
@@ -127,7 +120,7 @@ class OwnershipRules(RuleBasedStateMachine):
     @rule(held=claims, text=st.text(alphabet="abc xyz\u00e9", max_size=20))
     def write_observation(self, held, text):
         if self.is_current(held):
-            observe(self.db, held, {"role": "assistant", "content": text})
+            observe(self.db, held, {"role": "assistant", "content": text}, now=self.now)
             self.transcript += 1
             last = self.db.connection.execute(
                 "SELECT work_id, generation FROM assistant_transcript ORDER BY seq DESC LIMIT 1"
@@ -136,7 +129,7 @@ class OwnershipRules(RuleBasedStateMachine):
         else:
             before = self.snapshot()
             with pytest.raises(PermissionError):
-                observe(self.db, held, {"role": "assistant", "content": text})
+                observe(self.db, held, {"role": "assistant", "content": text}, now=self.now)
             assert self.snapshot() == before
 
     @rule(held=claims, status=st.sampled_from(["DONE", "BLOCKED", "CANCELLED"]))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reference_organizations.store.supplier import SupplierClient, start_supplier
-from sovereign_agent.children import wait_for_file
+from reference_organizations.children import wait_for_file
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
 
 OP = "0123456789abcdef0123456789abcdef"

@@ -246,24 +246,26 @@ ORDER_STATES = {"APPROVED": None, "SENDING": "crash", "UNKNOWN": "lost", "CONFIR
 def order_in_state(state: str) -> tuple[Database, Any, str]:
     """(db, claim, order id): a fresh shop whose one assignment holds a Lucy-approved order that
     the runtime's own functions drove into `state` (one of ORDER_STATES)."""
-    from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY
-    from sovereign_agent.assistant_orders import SpendingPolicy, approve, execute, propose
+    from reference_organizations.store.agent import SUPPLIER_IDENTITY
+    from sovereign_agent.assistant_orders import approve, execute, propose
     from sovereign_agent.assistant_work import claim, enqueue
+    from sovereign_agent.records import order as recorded_order
+    from sovereign_agent.records import spending_policy
     from sovereign_agent.suppliers import OutcomeUnknown
 
-    policy = SpendingPolicy(operators=frozenset({"lucy"}), total_pence=SPENDING_CEILING_PENCE)
     db = fresh_shop()
+    policy = spending_policy(db.connection, {"lucy"})
     enqueue(db, f"phone:{state}", f"van-{state}", f"Restock strawberry ({state})", subject="SKU-STRAWBERRY")
     held = claim(db, f"worker-{state.lower()}", ttl=60)
     order_id = propose(db, held, "SKU-STRAWBERRY", 4, target=SUPPLIER_IDENTITY)
-    digest = db.connection.execute("SELECT digest FROM assistant_orders WHERE id=?", (order_id,)).fetchone()[0]
+    digest = recorded_order(db.connection, order_id)["digest"]
     approve(db, order_id, digest, actor="lucy", policy=policy, expires=time.time() + 600)
     if ORDER_STATES[state] is not None:
         try:
             execute(db, held, order_id, ScriptedSupplier(ORDER_STATES[state]), policy=policy)
         except (OutcomeUnknown, _WorkerDied):
             pass
-    reached = db.connection.execute("SELECT status FROM assistant_orders WHERE id=?", (order_id,)).fetchone()[0]
+    reached = recorded_order(db.connection, order_id)["status"]
     if reached != state:
         raise RuntimeError(f"set-up: the order is {reached}, not {state}")
     return db, held, order_id

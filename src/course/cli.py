@@ -16,9 +16,9 @@ import click
 from reference_organizations.store.agent import OfflineShopModel, seed_lucy
 from reference_organizations.store.assistant import run_once
 from reference_organizations.store.supplier import SupplierClient
-from sovereign_agent.assistant_orders import SpendingPolicy
 from sovereign_agent.assistant_work import enqueue as enqueue_work
 from sovereign_agent.database import Database
+from sovereign_agent.records import spending_policy
 from sovereign_agent.status import format_report, status_report
 
 DATABASE = click.option(
@@ -71,8 +71,7 @@ def worker(database: Path, supplier_ready: Path | None, owner: str | None, opera
     client = SupplierClient.from_ready_file(supplier_ready) if supplier_ready else None
     with Database(database) as db:
         seed_lucy(db)
-        limit = db.connection.execute("SELECT limit_pence FROM assistant_spending WHERE id=1").fetchone()[0]
-        policy = SpendingPolicy(frozenset(operators), total_pence=limit)
+        policy = spending_policy(db.connection, operators)
         outcome = run_once(db, OfflineShopModel(), owner=owner, policy=policy, supplier=client)
     click.echo(json.dumps(outcome, indent=2, sort_keys=True))
 

@@ -15,9 +15,9 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from sovereign_agent.assistant_work import Claim, assert_current
+from sovereign_agent.assistant_work import Claim, Fence, assert_current
 from sovereign_agent.database import Database
 from sovereign_agent.events import append_event
 from sovereign_agent.suppliers import OutcomeUnknown, Supplier, SupplierRefused
@@ -27,7 +27,6 @@ UNSENT = ("DRAFT", "APPROVED")
 UNCERTAIN = ("SENDING", "UNKNOWN")
 SETTLED = ("CONFIRMED", "REJECTED")
 
-Fence = Callable[..., None]
 
 
 @dataclass(frozen=True)
@@ -42,6 +41,11 @@ class SpendingPolicy:
 
 class OrderRefused(PermissionError):
     """The order may not go ahead as things stand (ceiling, approval, cancellation, lease)."""
+
+
+def open_account(connection: sqlite3.Connection, limit_pence: int) -> None:
+    """Open the spending account with its ceiling, once; later calls change nothing."""
+    connection.execute("INSERT OR IGNORE INTO assistant_spending(id, limit_pence) VALUES (1, ?)", (limit_pence,))
 
 
 def propose(db: Database, work: Claim, sku: str, quantity: int, *, target: str, fence: Fence = assert_current) -> str:

@@ -15,10 +15,9 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
-from sovereign_agent.database import Database
+from sovereign_agent.database import Database, authority_marker
 from sovereign_agent.events import append_event
 
 TERMINAL_STATES = frozenset({"DONE", "BLOCKED", "CANCELLED"})
@@ -125,6 +124,12 @@ SELECT w.* FROM assistant_work AS w
 """
 
 
+def check_ttl(ttl: object) -> None:
+    """A lease must be bounded: a finite number of seconds in (0, MAX_TTL_SECONDS]."""
+    if not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL_SECONDS:
+        raise ValueError(f"bounded claim lifetime required: 0 < ttl <= {MAX_TTL_SECONDS} seconds")
+
+
 def claim(
     db: Database,
     owner: str,
@@ -140,8 +145,7 @@ def claim(
     now = _clock(now)
     if not isinstance(owner, str) or not owner.strip():
         raise ValueError("an owner label is required")
-    if not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL_SECONDS:
-        raise ValueError(f"bounded claim lifetime required: 0 < ttl <= {MAX_TTL_SECONDS} seconds")
+    check_ttl(ttl)
     with db.immediate() as connection:
         control = connection.execute("SELECT epoch, paused FROM assistant_control WHERE id=1").fetchone()
         if control["paused"]:
@@ -183,7 +187,7 @@ def assert_current(connection: sqlite3.Connection, work: Claim, now: float | Non
     control = connection.execute("SELECT epoch, paused FROM assistant_control WHERE id=1").fetchone()
     database_file = connection.execute("PRAGMA database_list").fetchone()[2]
     try:
-        marker_epoch = Path(database_file).with_suffix(".authority").read_text()
+        marker_epoch = authority_marker(database_file).read_text()
     except OSError:
         raise PermissionError("authority marker is unavailable") from None
     if control is None or control["paused"] or not (work.epoch == control["epoch"] == marker_epoch):
@@ -205,13 +209,17 @@ def assert_current(connection: sqlite3.Connection, work: Claim, now: float | Non
             raise PermissionError("delegation expired or parent cancelled")
 
 
-def observe(db: Database, work: Claim, message: dict[str, Any]) -> None:
+# A fence: raises PermissionError unless `work` is still current, inside the caller's transaction.
+Fence = Callable[[sqlite3.Connection, Claim, "float | None"], None]
+
+
+def observe(db: Database, work: Claim, message: dict[str, Any], *, now: float | None = None) -> None:
     """Append one transcript message, attributed to the generation that produced it."""
     if not isinstance(message, dict):
         raise ValueError("a transcript message is a JSON object")
     encoded = json.dumps(message, allow_nan=False, sort_keys=True)
     with db.immediate() as connection:
-        assert_current(connection, work)
+        assert_current(connection, work, now)
         connection.execute(
             "INSERT INTO assistant_transcript(work_id, generation, message) VALUES (?, ?, ?)",
             (work.id, work.generation, encoded),
@@ -272,14 +280,14 @@ def cancel(db: Database, identifier: str) -> bool:
 
 
 def reserve_model_call(
-    db: Database, work: Claim, estimate: int, *, now: float | None = None, fence: Callable[..., None] | None = None
+    db: Database, work: Claim, estimate: int, *, now: float | None = None, fence: Fence = assert_current
 ) -> int:
     """Count one more model call against the assignment's budget, under the fence."""
     if isinstance(estimate, bool) or not isinstance(estimate, int) or not 0 < estimate <= 1_000_000:
         raise ValueError("a model call estimate is a positive whole number of tokens")
     now = _clock(now)
     with db.immediate() as connection:
-        (fence or assert_current)(connection, work, now)
+        fence(connection, work, now)
         used = connection.execute(
             "SELECT count(*) FROM assistant_model_calls WHERE work_id=?", (work.id,)
         ).fetchone()[0]

@@ -34,11 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sovereign_agent.database import BUSY_TIMEOUT_SECONDS, Database
+from sovereign_agent.database import BUSY_TIMEOUT_SECONDS, Database, authority_marker
 
 WORK_STATES = ("READY", "RUNNING", "DONE", "BLOCKED", "CANCELLED")
 ORDER_STATES = ("DRAFT", "APPROVED", "SENDING", "UNKNOWN", "CONFIRMED", "REJECTED", "REVOKED")
-UNCERTAIN = ("SENDING", "UNKNOWN")
 LIST_LIMIT = 100  # rows per list; the counts are always complete
 
 
@@ -81,91 +80,98 @@ def status_report(
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """The report as plain text for a terminal, one block per section."""
+    """The report as plain text for a terminal: four blocks of one shape, a title, the facts,
+    then what needs attention."""
     lines: list[str] = []
-    health = report["health"]
+    for title, key, facts in (
+        ("HEALTH", "health", _health_lines),
+        ("PROGRESS", "progress", _progress_lines),
+        ("CANCELLATION", "cancellation", _cancellation_lines),
+        ("EXTERNAL", "external", _external_lines),
+    ):
+        section = report[key]
+        lines.append(title)
+        if section is None:
+            lines.append("  unknown (database unavailable)")
+            continue
+        lines.extend(facts(section))
+        lines.extend(f"  ! {item}" for item in section["attention"])
+    return "\n".join(lines)
+
+
+def _health_lines(health: dict[str, Any]) -> list[str]:
     database = health["database"]
-    lines.append("HEALTH")
-    lines.append(
+    lines = [
         f"  database      {'ok' if database['ok'] else 'NOT OK'}  {database['path']}"
         + (f"  (schema {health.get('schema_version')})" if database["ok"] else f"  {database['error']}")
-    )
+    ]
     if "quick_check" in health:
-        check = health["quick_check"]
-        lines.append(f"  quick_check   {'ok' if check['ok'] else 'FAILED: ' + '; '.join(check['messages'])}")
-        authority = health["authority"]
-        lines.append(f"  authority     {'consistent' if authority['ok'] else 'INCONSISTENT: ' + authority['problem']}")
-        lines.append(f"  runtime       {'PAUSED' if health['paused'] else 'accepting work'}")
+        check, authority = health["quick_check"], health["authority"]
+        lines += [
+            f"  quick_check   {'ok' if check['ok'] else 'FAILED: ' + '; '.join(check['messages'])}",
+            f"  authority     {'consistent' if authority['ok'] else 'INCONSISTENT: ' + authority['problem']}",
+            f"  runtime       {'PAUSED' if health['paused'] else 'accepting work'}",
+        ]
     supplier = health["supplier"]
     if not supplier["checked"]:
         lines.append(f"  supplier      not checked ({supplier['error'] or 'no supplier client given'})")
     else:
         lines.append(f"  supplier      {'reachable' if supplier['ok'] else 'UNREACHABLE: ' + supplier['error']}")
-    lines.extend(f"  ! {item}" for item in health["attention"])
+    return lines
 
-    progress = report["progress"]
-    lines.append("PROGRESS")
-    if progress is None:
-        lines.append("  unknown (database unavailable)")
-    else:
-        lines.append("  work          " + "  ".join(f"{state} {progress['counts'][state]}" for state in WORK_STATES))
-        for holder in progress["live_holders"]:
-            lines.append(
-                f"  live holder   {holder['work']}  session {holder['session']}  owner {holder['owner']}"
-                f"  generation {holder['generation']}  {holder['seconds_left']:.1f} s left"
-            )
-        for holder in progress["expired_holders"]:
-            lines.append(
-                f"  EXPIRED       {holder['work']}  session {holder['session']}  owner {holder['owner']}"
-                f"  generation {holder['generation']}  expired {holder['expired_seconds_ago']:.1f} s ago"
-            )
-        for item in progress["blocked"]:
-            lines.append(
-                f"  blocked       {item['work']}  generation {item['generation']}"
-                f"  retry {_when(item['seconds_until_retry'])}  {item['result'] or ''}".rstrip()
-            )
-        waiting = progress["waiting"]
-        if waiting["ready"]:
-            lines.append(f"  waiting       {waiting['ready']} READY, oldest {waiting['oldest_age_seconds']:.1f} s")
-        lines.extend(f"  ! {item}" for item in progress["attention"])
 
-    cancellation = report["cancellation"]
-    lines.append("CANCELLATION")
-    if cancellation is None:
-        lines.append("  unknown (database unavailable)")
-    else:
-        lines.append(f"  cancelled     {cancellation['total']} assignment(s)")
-        for item in cancellation["cancelled"]:
-            lines.append(f"  cancelled     {item['work']}  session {item['session']}  now {item['status']}")
-        for item in cancellation["uncertain"]:
-            lines.append(
-                f"  UNCERTAIN     {item['work']}  order {item['order']} {item['order_status']}"
-                f"  {item['amount_pence']} pence still reserved"
-            )
-        lines.extend(f"  ! {item}" for item in cancellation["attention"])
+def _progress_lines(progress: dict[str, Any]) -> list[str]:
+    lines = ["  work          " + "  ".join(f"{state} {progress['counts'][state]}" for state in WORK_STATES)]
+    lines += [
+        f"  live holder   {holder['work']}  session {holder['session']}  owner {holder['owner']}"
+        f"  generation {holder['generation']}  {holder['seconds_left']:.1f} s left"
+        for holder in progress["live_holders"]
+    ]
+    lines += [
+        f"  EXPIRED       {holder['work']}  session {holder['session']}  owner {holder['owner']}"
+        f"  generation {holder['generation']}  expired {holder['expired_seconds_ago']:.1f} s ago"
+        for holder in progress["expired_holders"]
+    ]
+    lines += [
+        f"  blocked       {item['work']}  generation {item['generation']}"
+        f"  retry {_when(item['seconds_until_retry'])}  {item['result'] or ''}".rstrip()
+        for item in progress["blocked"]
+    ]
+    waiting = progress["waiting"]
+    if waiting["ready"]:
+        lines.append(f"  waiting       {waiting['ready']} READY, oldest {waiting['oldest_age_seconds']:.1f} s")
+    return lines
 
-    external = report["external"]
-    lines.append("EXTERNAL")
-    if external is None:
-        lines.append("  unknown (database unavailable)")
+
+def _cancellation_lines(cancellation: dict[str, Any]) -> list[str]:
+    lines = [f"  cancelled     {cancellation['total']} assignment(s)"]
+    lines += [f"  cancelled     {item['work']}  session {item['session']}  now {item['status']}"
+              for item in cancellation["cancelled"]]
+    lines += [
+        f"  UNCERTAIN     {item['work']}  order {item['order']} {item['order_status']}"
+        f"  {item['amount_pence']} pence still reserved"
+        for item in cancellation["uncertain"]
+    ]
+    return lines
+
+
+def _external_lines(external: dict[str, Any]) -> list[str]:
+    lines = ["  orders        " + "  ".join(f"{state} {external['orders'][state]}" for state in ORDER_STATES)]
+    money = external["money"]
+    if money is None:
+        lines.append("  money         no spending account")
     else:
-        lines.append("  orders        " + "  ".join(f"{state} {external['orders'][state]}" for state in ORDER_STATES))
-        money = external["money"]
-        if money is None:
-            lines.append("  money         no spending account")
-        else:
-            lines.append(
-                f"  money         reserved {money['reserved_pence']}  spent {money['spent_pence']}"
-                f"  limit {money['limit_pence']}  available {money['available_pence']} (pence)"
-                + ("" if external["ledger_consistent"] else "  LEDGER DISAGREES WITH ORDERS")
-            )
-        for item in external["uncertain"]:
-            lines.append(
-                f"  {item['status']:<13} order {item['order']}  {item['amount_pence']} pence"
-                f"  work {item['work']} ({item['work_status']})  awaiting reconciliation"
-            )
-        lines.extend(f"  ! {item}" for item in external["attention"])
-    return "\n".join(lines)
+        lines.append(
+            f"  money         reserved {money['reserved_pence']}  spent {money['spent_pence']}"
+            f"  limit {money['limit_pence']}  available {money['available_pence']} (pence)"
+            + ("" if external["ledger_consistent"] else "  LEDGER DISAGREES WITH ORDERS")
+        )
+    lines += [
+        f"  {item['status']:<13} order {item['order']}  {item['amount_pence']} pence"
+        f"  work {item['work']} ({item['work_status']})  awaiting reconciliation"
+        for item in external["uncertain"]
+    ]
+    return lines
 
 
 # --- sections -----------------------------------------------------------------------------------
@@ -196,7 +202,7 @@ def _health(connection: sqlite3.Connection) -> dict[str, Any]:
     messages = [r[0] for r in connection.execute("PRAGMA quick_check")]
     control = connection.execute("SELECT epoch, paused FROM assistant_control WHERE id=1").fetchone()
     database_file = connection.execute("PRAGMA database_list").fetchone()[2]
-    marker = Path(database_file).with_suffix(".authority")
+    marker = authority_marker(database_file)
     try:
         marker_epoch: str | None = marker.read_text()
     except OSError:
@@ -218,32 +224,26 @@ def _health(connection: sqlite3.Connection) -> dict[str, Any]:
     }
 
 
+def _holders(connection: sqlite3.Connection, now: float, *, live: bool) -> list[dict[str, Any]]:
+    """RUNNING holders whose lease still runs (live) or has run out, the soonest expiry first."""
+    rows = connection.execute(
+        "SELECT id, session, owner, generation, expires FROM assistant_work "
+        f"WHERE status='RUNNING' AND expires{'>' if live else '<='}? ORDER BY expires LIMIT ?",
+        (now, LIST_LIMIT),
+    )
+    return [
+        {"work": r["id"], "session": r["session"], "owner": r["owner"], "generation": r["generation"],
+         **({"seconds_left": r["expires"] - now} if live else {"expired_seconds_ago": now - r["expires"]})}
+        for r in rows
+    ]
+
+
 def _progress(connection: sqlite3.Connection, now: float, *, paused: bool | None) -> dict[str, Any]:
     counts = dict.fromkeys(WORK_STATES, 0)
     counts.update(
         {r[0]: r[1] for r in connection.execute("SELECT status, count(*) FROM assistant_work GROUP BY status")}
     )
-    holders = "SELECT id, session, owner, generation, expires FROM assistant_work WHERE status='RUNNING' AND "
-    live = [
-        {
-            "work": r["id"],
-            "session": r["session"],
-            "owner": r["owner"],
-            "generation": r["generation"],
-            "seconds_left": r["expires"] - now,
-        }
-        for r in connection.execute(holders + "expires>? ORDER BY expires LIMIT ?", (now, LIST_LIMIT))
-    ]
-    expired = [
-        {
-            "work": r["id"],
-            "session": r["session"],
-            "owner": r["owner"],
-            "generation": r["generation"],
-            "expired_seconds_ago": now - r["expires"],
-        }
-        for r in connection.execute(holders + "expires<=? ORDER BY expires LIMIT ?", (now, LIST_LIMIT))
-    ]
+    live, expired = _holders(connection, now, live=True), _holders(connection, now, live=False)
     expired_total = connection.execute(
         "SELECT count(*) FROM assistant_work WHERE status='RUNNING' AND expires<=?", (now,)
     ).fetchone()[0]

@@ -16,7 +16,6 @@ class SupplierRefused(ValueError):
 class Supplier(Protocol):
     identity: str
     timeout: float
-    idempotent: bool
 
     def lookup(self, operation: str) -> dict[str, Any] | None:
         """The stored receipt for `operation`, or None if the supplier has no such order."""

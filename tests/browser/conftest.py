@@ -37,6 +37,8 @@ from pathlib import Path
 import psutil  # a dependency of ipykernel, so always present next to JupyterLab
 import pytest
 
+from reference_organizations.children import spawn
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Debian's chromium package, found on PATH (or named by $CHROMIUM); never a downloaded browser.
 CHROMIUM = Path(os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
@@ -110,23 +112,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-# Linux: the server gets SIGTERM if pytest itself dies (kill -9, crash), so it never lingers.
-# The child sets PR_SET_PDEATHSIG (1) on itself, then execs `python -m jupyter lab ...` (the
-# setting survives exec). Done in the child's own Python instead of a preexec_fn, which is not
-# safe while the test process runs threads.
-_DIE_WITH_PARENT = """
-import ctypes, os, signal, sys
-parent = int(sys.argv[1])
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-except (OSError, AttributeError):
-    pass
-if os.getppid() != parent:
-    sys.exit("parent died before jupyter lab started")
-os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
-"""
 
 
 class LabServer:
@@ -220,21 +205,19 @@ class LabServer:
         ]  # fmt: skip
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
-        if sys.platform.startswith("linux"):
-            cmd = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd[1:]]
-
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
+        # SIGTERM if pytest itself dies (kill -9, crash), so the server never lingers.
+        self.process = spawn(
             cmd,
             # The nbgrader validate handler reads nbgrader_config.py from the server's cwd:
             # start in the temporary directory (or course copy) so nothing from the repo (or
             # gradebook files) is read or written.
             cwd=cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: Ctrl-C in pytest does not hit it
+            new_session=True,  # own process group: Ctrl-C in pytest does not hit it
+            death_signal=signal.SIGTERM,
         )
         deadline = time.monotonic() + SERVER_START_TIMEOUT
         while True:

@@ -21,8 +21,7 @@ relative to the working directory, one sub-folder per test) and are also copied 
 ``<repo>/test-results/<same sub-folder>/`` when pytest runs from elsewhere.
 
 ``run_notebook_in_lab`` is the reusable machinery; ``test_machinery_on_generated_notebooks``
-checks it on a small generated notebook pair (it also runs while the real notebooks are not
-written yet).
+checks it on a small generated notebook pair, apart from the course's own notebooks.
 """
 
 from __future__ import annotations

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course.checkpoint.evidence import CaseEvidence, count_shop, count_supplier, exit_signal, work_state
+from course.checkpoint.evidence import CaseEvidence, claim_fields, count_shop, count_supplier, exit_signal, work_state
 from course.checkpoint.model import CountingModel, NewReasoningRequested, NoNewReasoning
 from course.checkpoint.processes import START_TIMEOUT, WorkerFailed, WorkerProcess
+from course.checkpoint.scenario import OPERATOR, PROMPT, SUBJECT
 from course.learner import NotImplementedYet
 from reference_organizations.store.agent import OfflineShopModel, seed_lucy
 from reference_organizations.store.assistant import run_once
@@ -48,6 +49,7 @@ from sovereign_agent.assistant_orders import SpendingPolicy
 from sovereign_agent.assistant_work import enqueue
 from sovereign_agent.database import Database
 from sovereign_agent.ownership import Ownership
+from sovereign_agent.records import lease_expiry, orders_of, spending_policy
 
 KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH = "killed", "live_stale", "paused", "accepted_then_crash"
 ALL = (KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH)
@@ -57,9 +59,6 @@ TITLES = {
     PAUSED: "paused holder (SIGSTOP, then SIGCONT)",
     ACCEPTED_THEN_CRASH: "accepted by the supplier, then crash",
 }
-OPERATOR = "lucy"
-PROMPT = "Restock vanilla to its reorder level"
-SUBJECT = "SKU-VANILLA"  # what every case restocks
 REPLACEMENT = "replacement"
 SAME_LABEL = "lucy-stock-worker"  # the paused case: old holder and replacement share a label
 SUPPLIER_TIMEOUT = 3.0  # the replacement's client
@@ -122,15 +121,10 @@ class Prepared:
 
 @dataclass
 class Stage:
-    """One running case's live pieces, for the steps below."""
+    """One running case, for the steps below: what was prepared, and what the old worker said."""
 
-    evidence: CaseEvidence
+    prepared: Prepared
     setting: Setting
-    folder: Path
-    database: Path
-    db: Database
-    worker: WorkerProcess
-    supplier: SupplierProcess
     ready: dict[str, Any]
     policy: SpendingPolicy
     while_waiting: Callable[[], None] | None = None
@@ -196,11 +190,6 @@ def _start_processes(
     evidence.prepare_seconds = time.monotonic() - began
 
 
-def run_case(name: str, setting: Setting) -> CaseEvidence:
-    """Prepare and run one case on its own (no overlap with another case)."""
-    return run_prepared(prepare(name, setting), setting)
-
-
 def run_prepared(
     prepared: Prepared,
     setting: Setting,
@@ -238,11 +227,7 @@ def run_prepared(
                 if ready["error"].startswith("not implemented yet"):
                     raise Abort(f"{ready['error']} (the old worker stopped while it claimed and prepared the order)")
                 raise Abort(f"the old worker could not claim and prepare the order: {ready['error']}")
-            ceiling = prepared.db.connection.execute(
-                "SELECT limit_pence FROM assistant_spending WHERE id=1").fetchone()[0]
-            stage = Stage(evidence, setting, prepared.folder, prepared.database, prepared.db, worker,
-                          prepared.supplier, ready, SpendingPolicy(frozenset({OPERATOR}), total_pence=ceiling),
-                          while_waiting)
+            stage = Stage(prepared, setting, ready, spending_policy(prepared.db.connection, {OPERATOR}), while_waiting)
             _competing_claim(stage)
             STEPS[prepared.name](stage)
             completed = True
@@ -296,9 +281,8 @@ def _record_ready(evidence: CaseEvidence, ready: dict[str, Any]) -> None:
 
 def _competing_claim(stage: Stage) -> None:
     """While the first lease is live, another claimant must get None."""
-    evidence = stage.evidence
-    expires = stage.db.connection.execute(
-        "SELECT expires FROM assistant_work WHERE id=?", (evidence.work_id,)).fetchone()[0]
+    evidence = stage.prepared.evidence
+    expires = lease_expiry(stage.prepared.db.connection, evidence.work_id)
     at = time.time()
     evidence.competing_claim_lease_left = None if expires is None else expires - at
     if expires is not None and expires <= at:
@@ -307,8 +291,8 @@ def _competing_claim(stage: Stage) -> None:
             f"check a competing claim: this machine is too slow for a {stage.setting.lease} s lease; "
             "run again with a longer lease"
         )
-    competitor = stage.setting.ownership.claim(stage.db, "competitor", ttl=stage.setting.lease)
-    evidence.competing_claim = None if competitor is None else _claim_fields(competitor)
+    competitor = stage.setting.ownership.claim(stage.prepared.db, "competitor", ttl=stage.setting.lease)
+    evidence.competing_claim = None if competitor is None else claim_fields(competitor)
     evidence.mark("replacement", "competing claim: " + ("None" if competitor is None else "TAKEN"), at)
     if competitor is not None:
         left = evidence.competing_claim_lease_left
@@ -326,15 +310,15 @@ def _wait_for_expiry(stage: Stage) -> None:
     lease time waited is the row's own interval, [claim, expires]: a late poll adds to the wall
     time, never to the lease time.
     """
-    evidence = stage.evidence
+    evidence = stage.prepared.evidence
     if stage.while_waiting is not None:
         stage.while_waiting()
         stage.while_waiting = None
     bound = stage.setting.lease + 5.0
     deadline = time.monotonic() + bound
-    with closing(sqlite3.connect(stage.database, timeout=10)) as db:
+    with closing(sqlite3.connect(stage.prepared.database, timeout=10)) as db:
         while True:
-            expires = db.execute("SELECT expires FROM assistant_work WHERE id=?", (evidence.work_id,)).fetchone()[0]
+            expires = lease_expiry(db, evidence.work_id)
             now = time.time()
             if expires is None or now > expires:
                 break
@@ -354,7 +338,7 @@ def _wait_for_expiry(stage: Stage) -> None:
 
 def _replace(stage: Stage, owner: str) -> None:
     """The replacement: the real run_once, with a model that fails if asked."""
-    evidence = stage.evidence
+    evidence = stage.prepared.evidence
     model = NoNewReasoning()
     outcome, began, ended = _worker_pass(stage, model, owner)
     evidence.model_calls = model.calls
@@ -379,7 +363,7 @@ def _worker_pass(stage: Stage, model: Any, owner: str) -> tuple[dict[str, Any], 
 
     try:
         outcome = run_once(
-            stage.db, model, owner=owner, supplier=stage.supplier.client(timeout=SUPPLIER_TIMEOUT),
+            stage.prepared.db, model, owner=owner, supplier=stage.prepared.supplier.client(timeout=SUPPLIER_TIMEOUT),
             policy=stage.policy, ownership=dataclasses.replace(learner, order_to_continue=order_to_continue),
         )
     except NotImplementedYet:
@@ -395,8 +379,7 @@ def _pass_error(stage: Stage, error: Exception, decisions: list[tuple[str, Any]]
     """The replacement's failure, blamed on the learner's decision when that decision is why."""
     if decisions:
         work_id, decision = decisions[-1]
-        orders = [row[0] for row in stage.db.connection.execute(
-            "SELECT id FROM assistant_orders WHERE work_id=? AND status NOT IN ('DRAFT', 'REVOKED')", (work_id,))]
+        orders = [o["id"] for o in orders_of(stage.prepared.db.connection, work_id) if o["status"] not in ("DRAFT", "REVOKED")]
         if decision not in orders and orders:
             return (f"your `order_to_continue` returned {decision!r} for an assignment whose recorded order "
                     f"{orders[-1]!r} is past the draft stage, so the runtime had no order to continue "
@@ -406,8 +389,8 @@ def _pass_error(stage: Stage, error: Exception, decisions: list[tuple[str, Any]]
 
 
 def _stale_writes(stage: Stage) -> None:
-    evidence = stage.evidence
-    reply = stage.worker.request({"do": "stale", "endpoint": stage.supplier.endpoint})
+    evidence = stage.prepared.evidence
+    reply = stage.prepared.worker.request({"do": "stale", "endpoint": stage.prepared.supplier.endpoint})
     evidence.stale_attempts = reply.get("attempts", [])
     evidence.refused_boundaries = [a["boundary"] for a in evidence.stale_attempts if a["outcome"] == "refused"]
     for attempt in evidence.stale_attempts:
@@ -417,17 +400,17 @@ def _stale_writes(stage: Stage) -> None:
 
 def _dismiss(stage: Stage) -> None:
     """Tell a live old worker to exit, and wait (bounded) for it to do so."""
-    stage.worker.request({"do": "exit"})
-    if stage.worker.wait() is None:
+    stage.prepared.worker.request({"do": "exit"})
+    if stage.prepared.worker.wait() is None:
         raise WorkerFailed("the old worker did not exit after being told to")
-    stage.evidence.mark("old worker", "exited", time.time())
+    stage.prepared.evidence.mark("old worker", "exited", time.time())
 
 
 # --- the four cases ----------------------------------------------------------------------------
 
 
 def _killed(stage: Stage) -> None:
-    stage.worker.kill()
+    stage.prepared.worker.kill()
     _wait_for_expiry(stage)
     _replace(stage, REPLACEMENT)
 
@@ -435,10 +418,10 @@ def _killed(stage: Stage) -> None:
 def _live_stale(stage: Stage) -> None:
     _wait_for_expiry(stage)
     # Beyond the chapter: expiry alone (nobody has replaced it yet) must end its authority.
-    probe = stage.worker.request({"do": "observe"})
-    stage.evidence.expired_probe = probe.get("attempts", [])
-    for attempt in stage.evidence.expired_probe:
-        stage.evidence.mark("old worker", f"after expiry, {attempt['boundary']}: {attempt['outcome']}",
+    probe = stage.prepared.worker.request({"do": "observe"})
+    stage.prepared.evidence.expired_probe = probe.get("attempts", [])
+    for attempt in stage.prepared.evidence.expired_probe:
+        stage.prepared.evidence.mark("old worker", f"after expiry, {attempt['boundary']}: {attempt['outcome']}",
                             attempt["at"], boundary=attempt["boundary"], outcome=attempt["outcome"])
     _replace(stage, REPLACEMENT)
     _stale_writes(stage)
@@ -446,21 +429,21 @@ def _live_stale(stage: Stage) -> None:
 
 
 def _paused(stage: Stage) -> None:
-    stage.evidence.worker_state_when_paused = stage.worker.pause()
+    stage.prepared.evidence.worker_state_when_paused = stage.prepared.worker.pause()
     _wait_for_expiry(stage)
     _replace(stage, SAME_LABEL)
-    stage.worker.resume()
+    stage.prepared.worker.resume()
     _stale_writes(stage)
     _dismiss(stage)
 
 
 def _accepted_then_crash(stage: Stage) -> None:
-    evidence, worker = stage.evidence, stage.worker
+    evidence, worker = stage.prepared.evidence, stage.prepared.worker
     # The client's timeout must be shorter than what is left of the lease, or the fence (rightly)
     # refuses to admit the request.
     timeout = round(stage.setting.lease / 2, 3)
-    committed = stage.folder / "committed.json"
-    worker.send({"do": "execute", "endpoint": stage.supplier.endpoint, "timeout": timeout})
+    committed = stage.prepared.folder / "committed.json"
+    worker.send({"do": "execute", "endpoint": stage.prepared.supplier.endpoint, "timeout": timeout})
     deadline = time.monotonic() + stage.setting.lease + 5.0
     while not committed.exists():
         early = worker.poll_reply(0.005)
@@ -472,10 +455,10 @@ def _accepted_then_crash(stage: Stage) -> None:
         if time.monotonic() > deadline:
             raise Abort(f"the supplier did not commit the old worker's order within {stage.setting.lease + 5.0} s")
     worker.kill()
-    state = work_state(stage.database, evidence.work_id)
+    state = work_state(stage.prepared.database, evidence.work_id)
     evidence.order_status_after_crash = state["orders"][0] if state["orders"] else None
-    evidence.supplier_orders_at_crash = count_supplier(stage.supplier.ledger)["orders"]
-    later = enqueue(stage.db, "phone:later", OPERATOR, "Check the strawberry stock", subject="SKU-STRAWBERRY")
+    evidence.supplier_orders_at_crash = count_supplier(stage.prepared.supplier.ledger)["orders"]
+    later = enqueue(stage.prepared.db, "phone:later", OPERATOR, "Check the strawberry stock", subject="SKU-STRAWBERRY")
     evidence.mark("replacement", "later assignment queued", time.time())
     _wait_for_expiry(stage)
     _replace(stage, REPLACEMENT)
@@ -532,11 +515,6 @@ def _count(evidence: CaseEvidence, database: Path, ledger: Path) -> None:
             "first_kind": touched[0]["kind"] if touched else None,
             "status": work_state(database, later_id).get("status"),
         }
-
-
-def _claim_fields(claim: Any) -> dict[str, Any]:
-    names = ("id", "session", "prompt", "generation", "owner", "epoch", "subject", "role")
-    return {name: getattr(claim, name, None) for name in names}
 
 
 def _jsonable(outcome: Any) -> dict[str, Any]:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from course.checkpoint.scenario import APPROVAL_SECONDS, OPERATOR
 from sovereign_agent.ownership import Ownership
 
 POINTS: dict[str, str] = {
@@ -47,8 +48,6 @@ POINTS: dict[str, str] = {
     "finished": "after finish",
 }
 SUPPLIER_POINT = "supplier-committed"
-OPERATOR = "lucy"
-APPROVAL_SECONDS = 600
 
 Stop = Callable[[str], None]
 
@@ -125,17 +124,17 @@ class HookedSupplier:
 
 def policy_for(db: Any) -> Any:
     """Lucy may approve up to the shop's spending ceiling."""
-    from sovereign_agent.assistant_orders import SpendingPolicy
+    from sovereign_agent.records import spending_policy
 
-    ceiling = db.connection.execute("SELECT limit_pence FROM assistant_spending WHERE id=1").fetchone()[0]
-    return SpendingPolicy(frozenset({OPERATOR}), total_pence=ceiling)
+    return spending_policy(db.connection, {OPERATOR})
 
 
 def approve_draft(db: Any, order: str | None) -> None:
     """Lucy approves exactly the recorded proposal, if it is still a DRAFT (else nothing)."""
     from sovereign_agent.assistant_orders import approve
+    from sovereign_agent.records import order as recorded_order
 
-    row = db.connection.execute("SELECT status, digest FROM assistant_orders WHERE id=?", (order,)).fetchone()
+    row = None if order is None else recorded_order(db.connection, order)
     if row is not None and row["status"] == "DRAFT":
         approve(db, order, row["digest"], actor=OPERATOR, policy=policy_for(db), expires=time.time() + APPROVAL_SECONDS)
 

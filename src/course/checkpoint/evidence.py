@@ -13,9 +13,12 @@ import json
 import signal
 import sqlite3
 from contextlib import closing
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sovereign_agent.assistant_work import Claim
 
 
 @dataclass
@@ -95,6 +98,12 @@ class CaseEvidence:
 
     def to_json(self) -> dict[str, Any]:
         return {"passed": self.passed, **asdict(self)}
+
+
+def claim_fields(claim: Any) -> dict[str, Any]:
+    """A claim as plain JSON data, field by field as `Claim` declares them (a learner's claim
+    object may lack some: those read None)."""
+    return {f.name: getattr(claim, f.name, None) for f in dataclasses.fields(Claim)}
 
 
 def exit_signal(returncode: int | None) -> str | None:
@@ -177,6 +186,55 @@ def work_state(database: Path, work_id: str) -> dict[str, Any]:
             "SELECT status FROM assistant_orders WHERE work_id=? ORDER BY created, rowid", (work_id,)
         )]
     return {**(dict(row) if row else {}), "orders": orders}
+
+
+def transcript_rows(database: Path, work_id: str) -> int:
+    with closing(sqlite3.connect(database, timeout=10)) as db:
+        return db.execute("SELECT count(*) FROM assistant_transcript WHERE work_id=?", (work_id,)).fetchone()[0]
+
+
+def last_rows(database: Path) -> dict[str, int]:
+    """The last row of each log now: what a takeover snapshot compares later rows against."""
+    with closing(sqlite3.connect(database, timeout=10)) as db:
+        return {table: db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]
+                for table in ("assistant_transcript", "assistant_model_calls", "events")}
+
+
+def first_claim(database: Path) -> sqlite3.Row | None:
+    """The first claim event (payload, created_at): the old worker's generation and lease."""
+    with closing(sqlite3.connect(database, timeout=10)) as db:
+        db.row_factory = sqlite3.Row
+        return db.execute("SELECT payload, created_at FROM events WHERE kind='assistant.work.claimed' "
+                          "ORDER BY seq LIMIT 1").fetchone()
+
+
+def first_order(database: Path, work_id: str) -> sqlite3.Row | None:
+    """The assignment's first order (id, amount)."""
+    with closing(sqlite3.connect(database, timeout=10)) as db:
+        db.row_factory = sqlite3.Row
+        return db.execute("SELECT id, amount FROM assistant_orders WHERE work_id=? ORDER BY created, rowid LIMIT 1",
+                          (work_id,)).fetchone()
+
+
+def stale_rows(database: Path, last: dict[str, int]) -> dict[str, int]:
+    """Rows written after the takeover snapshot by a generation older than the newest claim."""
+    with closing(sqlite3.connect(database, timeout=10)) as db:
+        highest = db.execute("SELECT coalesce(max(generation), 0) FROM assistant_work").fetchone()[0]
+        count = {
+            "transcript rows": db.execute("SELECT count(*) FROM assistant_transcript WHERE rowid>? AND generation<?",
+                                          (last["assistant_transcript"], highest)).fetchone()[0],
+            "model-call rows": db.execute("SELECT count(*) FROM assistant_model_calls WHERE rowid>? AND generation<?",
+                                          (last["assistant_model_calls"], highest)).fetchone()[0],
+        }
+        events = db.execute("SELECT kind, payload FROM events WHERE seq>?", (last["events"],)).fetchall()
+    for kind, payload in events:
+        generation = json.loads(payload).get("generation")
+        if generation is None or generation >= highest:
+            continue
+        what = {"assistant.work.finished": "finished events", "assistant.work.claimed": "claim events"}.get(
+            kind, "order events" if kind.startswith("assistant.order.") else "other events")
+        count[what] = count.get(what, 0) + 1
+    return count
 
 
 def lease_union(evidence: list[CaseEvidence]) -> float:

@@ -12,7 +12,8 @@ import signal
 import tempfile
 from pathlib import Path
 
-from course.checkpoint.cases import ACCEPTED_THEN_CRASH, KILLED, LIVE_STALE, PAUSED, SUBJECT, TITLES
+from course.checkpoint.cases import ACCEPTED_THEN_CRASH, KILLED, LIVE_STALE, PAUSED, TITLES
+from course.checkpoint.scenario import SUBJECT
 from course.checkpoint.evidence import CaseEvidence
 from course.checkpoint.verdict import STALE_BOUNDARIES
 from course.guide import wrap

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sovereign_agent.assistant_orders import UNCERTAIN
+
 CONTINUED = ("APPROVED", "SENDING", "UNKNOWN", "CONFIRMED", "REJECTED")  # an order to continue, no reasoning
-UNCERTAIN = ("SENDING", "UNKNOWN")
 # Where the old worker's pass stands at each point (reference behaviour): the order's state,
 # then the number of transcript rows, the supplier's orders, or the work's state.
 LANDED: dict[str, dict[str, Any]] = {

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sovereign_agent.children import alive, spawn, stop, wait_for_file
+from reference_organizations.children import spawn, stop, wait_for_file
 
 START_TIMEOUT = 30.0
 REPLY_TIMEOUT = 15.0
@@ -175,6 +175,3 @@ class WorkerProcess:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-
-def gone(pid: int) -> bool:
-    return not alive(pid)

@@ -18,12 +18,17 @@ import tempfile
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from course.checkpoint.cases import ALL, TITLES, Prepared, Setting, prepare, run_prepared
 from course.checkpoint.evidence import CaseEvidence, lease_union
 from course.checkpoint.verdict import judge
 from course.learner import REFERENCE_NAME, LearnerCodeError, describe, load_implementation
+
+# Narrower than any claim allows (the runtime's check_ttl): the checkpoint waits each lease out
+# on the wall clock, case after case, and below half a second a process start eats the lease.
+CHECKPOINT_LEASE_SECONDS = (0.5, 60)
 
 
 class Checkpoint(list):
@@ -72,11 +77,7 @@ def run_checkpoint(
         require_saved = bool(os.environ.get("JPY_SESSION_NAME"))
     started = time.monotonic()
     cases = tuple(cases)
-    unknown = [name for name in cases if name not in TITLES]
-    if unknown:
-        raise ValueError(f"unknown case(s) {unknown}; choose from {list(ALL)}")
-    if not (isinstance(lease_seconds, (int, float)) and math.isfinite(lease_seconds) and 0.5 <= lease_seconds <= 60):
-        raise ValueError("lease_seconds must be a number of seconds from 0.5 to 60")
+    _check(cases, lease_seconds)
     label = describe(implementation)
     result = Checkpoint()
     if output_dir is not None:
@@ -84,21 +85,30 @@ def run_checkpoint(
         result.folder = Path(tempfile.mkdtemp(prefix="run-", dir=output_dir))
     try:
         loaded = load_implementation(implementation, require_saved=require_saved)
-    except LearnerCodeError as error:
-        for name in cases:
-            result.append(CaseEvidence(name, TITLES[name], label, float(lease_seconds), failures=[str(error)]))
-        result.wall_seconds = time.monotonic() - started
-        _keep(result)
-        return result
-
-    result.versions = loaded.versions
-    temporary = None
-    if result.folder is None:
-        temporary = tempfile.TemporaryDirectory(prefix="ch12-checkpoint-")
-        folder = Path(temporary.name)
+    except LearnerCodeError as error:  # every case fails with the same, specific sentence
+        result.extend(CaseEvidence(name, TITLES[name], label, float(lease_seconds), failures=[str(error)])
+                      for name in cases)
     else:
-        folder = result.folder
-    setting = Setting(loaded.ownership, label, label, float(lease_seconds), folder)
+        result.versions = loaded.versions
+        with (tempfile.TemporaryDirectory(prefix="ch12-checkpoint-") if result.folder is None
+              else nullcontext(result.folder)) as folder:
+            _run_cases(cases, Setting(loaded.ownership, label, label, float(lease_seconds), Path(folder)), result)
+    result.wall_seconds = time.monotonic() - started
+    _keep(result)
+    return result
+
+
+def _check(cases: tuple[str, ...], lease_seconds: object) -> None:
+    unknown = [name for name in cases if name not in TITLES]
+    if unknown:
+        raise ValueError(f"unknown case(s) {unknown}; choose from {list(ALL)}")
+    low, high = CHECKPOINT_LEASE_SECONDS
+    if not (isinstance(lease_seconds, (int, float)) and math.isfinite(lease_seconds) and low <= lease_seconds <= high):
+        raise ValueError(f"lease_seconds must be a number of seconds from {low} to {high}")
+
+
+def _run_cases(cases: tuple[str, ...], setting: Setting, result: Checkpoint) -> None:
+    """The cases one after another; the next is prepared while the current one waits its lease out."""
     upcoming: list[Prepared] = []  # at most one: the next case, prepared during this one's wait
     finishing: list[Prepared] = []  # finished cases whose processes were asked to stop
     # One thread starts every child process and lives until all of them are reaped: Linux ties
@@ -119,16 +129,10 @@ def run_checkpoint(
             finishing.append(current)
             result.append(judge(evidence))
             prepare_next()  # if the case stopped before its claim
-        _reap(finishing)
-        result.wall_seconds = time.monotonic() - started
-        _keep(result)
     finally:
         _reap(finishing)
         _reap(upcoming)  # interrupted between preparing a case and running it
         spawner.shutdown(wait=True)
-        if temporary is not None:
-            temporary.cleanup()
-    return result
 
 
 def _reap(cases: list[Prepared]) -> None:

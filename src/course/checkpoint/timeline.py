@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import sys
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -70,22 +70,37 @@ def draw_timeline(evidence: Iterable[Any], path: str | Path | None = None, *, sh
 
 
 def _panel(ax: Any, case: Any) -> None:
+    """One case: its verdict as the title, then the holdings, the shop's events and the marks
+    (signals, refused writes, supplier requests) on one clock that starts with the case."""
     origin = case.started_at or min((m["at"] for m in case.marks), default=0.0)
 
     def x(at: float) -> float:
         return at - origin
 
+    _title(ax, case)
+    right = max(_holdings(ax, case, x), _events(ax, case, x), _marks(ax, case, x))
+    ax.set_xlim(-0.1, right + 0.9 * max(right, 1.0))
+    ax.set_yticks(list(LANES.values()), list(LANES), fontsize=FONT)
+    ax.tick_params(axis="x", labelsize=SMALL)
+    ax.set_ylim(-0.75, 2.75)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _title(ax: Any, case: Any) -> None:
     verdict = "PASS" if case.passed else "FAIL"
     title = f"{case.case} - {case.title}: {verdict}\n" + textwrap.fill("; ".join(case_facts(case)), 95)
     if case.failures:
         title += "\n" + textwrap.fill(case.failures[0], 95, max_lines=3)
     ax.set_title(title, loc="left", fontsize=FONT, color="black" if case.passed else "#b00000")
+
+
+def _holdings(ax: Any, case: Any, x: Callable[[float], float]) -> float:
+    """Lease and holding bars, one per generation; returns the right-most time drawn."""
     right = 0.0
     # a holding too short to see (the replacement's pass takes milliseconds) is drawn this wide
     latest = [at for holding in case.leases for at in (holding.get("end"),) if at is not None]
     latest += [mark["at"] for mark in case.marks]
     shortest = 0.015 * max(max((x(at) for at in latest), default=1.0), 1.0)
-
     for holding in case.leases:
         start, end = holding.get("start"), holding.get("end")
         if start is None or end is None:
@@ -105,8 +120,12 @@ def _panel(ax: Any, case: Any) -> None:
     if case.lease_expires_at is not None:
         ax.axvline(x(case.lease_expires_at), color="grey", linestyle="--", linewidth=1)
         ax.text(x(case.lease_expires_at), -0.62, "lease expires ", fontsize=SMALL, color="grey", ha="right")
+    return right
 
-    # the shop's events (events table), on the lane of the generation that wrote them
+
+def _events(ax: Any, case: Any, x: Callable[[float], float]) -> float:
+    """The shop's events (events table), on the lane of the generation that wrote them."""
+    right = 0.0
     writers = {}
     if case.old_generation is not None:
         writers = {case.old_generation: "old worker", case.old_generation + 1: "replacement"}
@@ -127,46 +146,19 @@ def _panel(ax: Any, case: Any) -> None:
             ax.annotate("events: " + " > ".join(label for _, label in sequence), (anchor, LANES[lane_name]),
                         xytext=(6 if lane_name == "replacement" else 0, -16), textcoords="offset points",
                         fontsize=SMALL, color=COLOURS[lane_name])
+    return right
 
+
+def _marks(ax: Any, case: Any, x: Callable[[float], float]) -> float:
+    """Signals, write attempts, supplier requests, crash points and claims, each as its own mark."""
+    right = 0.0
     attempts: dict[str, list[str]] = {}
     for mark in case.marks:
-        lane_name, what, at = mark["lane"], mark["what"], mark["at"]
-        lane = LANES.get(lane_name)
-        if lane is None or x(at) < -0.05:  # start-up happened while the previous case waited
+        lane = LANES.get(mark["lane"])
+        if lane is None or x(mark["at"]) < -0.05:  # start-up happened while the previous case waited
             continue
-        right = max(right, x(at))
-        if what in SIGNAL_MARKERS:
-            marker, label = SIGNAL_MARKERS[what]
-            ax.plot(x(at), lane, marker, color="black", markersize=9)
-            # left of its mark: the write attempts that follow a signal are labelled to their right
-            ax.annotate(label, (x(at), lane), xytext=(-6, 9), textcoords="offset points", fontsize=SMALL, ha="right")
-        elif "outcome" in mark:
-            refused = mark["outcome"] == "refused"
-            ax.plot(x(at), lane, "x" if refused else "*", color="black" if refused else "#b00000", markersize=8)
-            phase = "after expiry" if what.startswith("after expiry") else "after takeover"
-            attempts.setdefault(phase, []).append(
-                mark["boundary"] if refused else f"{mark['boundary']} {mark['outcome'].upper()}")
-        elif "method" in mark:
-            post = mark["method"] == "POST"
-            ax.plot(x(at), lane, "D" if post else "o", color=COLOURS["supplier"], markersize=7)
-            label = f"order committed (POST {mark['status']})" if post else f"lookup (GET {mark['status']})"
-            ax.annotate(label, (x(at), lane), xytext=(6, 6 if post else -15), textcoords="offset points",
-                        fontsize=SMALL)
-        elif "crash_point" in mark:  # the crash matrix: where the old worker stopped itself
-            ax.axvline(x(at), color="#b00000", linestyle=":", linewidth=1.5)
-            ax.plot(x(at), lane, "P", color="#b00000", markersize=10)
-            ax.annotate(f"crash point: {mark['crash_point']}", (x(at), lane), xytext=(6, 21),
-                        textcoords="offset points", fontsize=SMALL, color="#b00000", fontweight="bold")
-        elif what.startswith("competing claim"):
-            ax.plot(x(at), lane, "v", color="black", markersize=6)
-            ax.annotate(what, (x(at), lane), xytext=(6, 6), textcoords="offset points", fontsize=SMALL)
-        elif what in ("later assignment queued", "second pass (later work)"):
-            ax.plot(x(at), lane, ">", color=COLOURS["replacement"], markersize=6)
-            # queued: below, to the right; the second pass: above, to the left (the holding's label
-            # is above, to the right)
-            below = what == "later assignment queued"
-            ax.annotate(what, (x(at), lane), xytext=(6, -16) if below else (-6, 6), textcoords="offset points",
-                        fontsize=SMALL, ha="left" if below else "right")
+        right = max(right, x(mark["at"]))
+        _mark(ax, mark, x(mark["at"]), lane, attempts)
     for phase, labels in attempts.items():
         times = [m["at"] for m in case.marks
                  if "outcome" in m and m["what"].startswith("after expiry") == (phase == "after expiry")]
@@ -175,12 +167,42 @@ def _panel(ax: Any, case: Any) -> None:
         ax.annotate(summary, (x(max(times)), LANES["old worker"]),
                     xytext=(8, 6 if phase == "after takeover" else -8), textcoords="offset points", fontsize=SMALL,
                     va="bottom" if phase == "after takeover" else "top")
+    return right
 
-    ax.set_xlim(-0.1, right + 0.9 * max(right, 1.0))
-    ax.set_yticks(list(LANES.values()), list(LANES), fontsize=FONT)
-    ax.tick_params(axis="x", labelsize=SMALL)
-    ax.set_ylim(-0.75, 2.75)
-    ax.grid(axis="x", alpha=0.3)
+
+def _mark(ax: Any, mark: dict, at: float, lane: float, attempts: dict[str, list[str]]) -> None:
+    what = mark["what"]
+    if what in SIGNAL_MARKERS:
+        marker, label = SIGNAL_MARKERS[what]
+        ax.plot(at, lane, marker, color="black", markersize=9)
+        # left of its mark: the write attempts that follow a signal are labelled to their right
+        ax.annotate(label, (at, lane), xytext=(-6, 9), textcoords="offset points", fontsize=SMALL, ha="right")
+    elif "outcome" in mark:  # a write attempt: summarised per phase by _marks
+        refused = mark["outcome"] == "refused"
+        ax.plot(at, lane, "x" if refused else "*", color="black" if refused else "#b00000", markersize=8)
+        phase = "after expiry" if what.startswith("after expiry") else "after takeover"
+        attempts.setdefault(phase, []).append(
+            mark["boundary"] if refused else f"{mark['boundary']} {mark['outcome'].upper()}")
+    elif "method" in mark:
+        post = mark["method"] == "POST"
+        ax.plot(at, lane, "D" if post else "o", color=COLOURS["supplier"], markersize=7)
+        label = f"order committed (POST {mark['status']})" if post else f"lookup (GET {mark['status']})"
+        ax.annotate(label, (at, lane), xytext=(6, 6 if post else -15), textcoords="offset points", fontsize=SMALL)
+    elif "crash_point" in mark:  # the crash matrix: where the old worker stopped itself
+        ax.axvline(at, color="#b00000", linestyle=":", linewidth=1.5)
+        ax.plot(at, lane, "P", color="#b00000", markersize=10)
+        ax.annotate(f"crash point: {mark['crash_point']}", (at, lane), xytext=(6, 21),
+                    textcoords="offset points", fontsize=SMALL, color="#b00000", fontweight="bold")
+    elif what.startswith("competing claim"):
+        ax.plot(at, lane, "v", color="black", markersize=6)
+        ax.annotate(what, (at, lane), xytext=(6, 6), textcoords="offset points", fontsize=SMALL)
+    elif what in ("later assignment queued", "second pass (later work)"):
+        ax.plot(at, lane, ">", color=COLOURS["replacement"], markersize=6)
+        # queued: below, to the right; the second pass: above, to the left (the holding's label is
+        # above, to the right)
+        below = what == "later assignment queued"
+        ax.annotate(what, (at, lane), xytext=(6, -16) if below else (-6, 6), textcoords="offset points",
+                    fontsize=SMALL, ha="left" if below else "right")
 
 
 def _as_evidence(case: Any) -> Any:

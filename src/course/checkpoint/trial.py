@@ -18,10 +18,8 @@ workers say about themselves.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
-from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,11 +29,13 @@ from course.checkpoint.cases import (
     recorded,
 )
 from course.checkpoint.crashpoints import POINTS, SUPPLIER_POINT, policy_for
-from course.checkpoint.evidence import CaseEvidence, count_supplier, work_state
+from course.checkpoint.evidence import (
+    CaseEvidence, count_supplier, first_claim, first_order, last_rows, stale_rows, transcript_rows, work_state,
+)
 from course.checkpoint.model import CountingModel
 from course.checkpoint.processes import START_TIMEOUT, WorkerFailed
 from reference_organizations.store.agent import OfflineShopModel
-from sovereign_agent.children import alive
+from reference_organizations.children import alive
 
 SIGKILL, SIGSTOP = "SIGKILL", "SIGSTOP"
 NEMESES = (SIGKILL, SIGSTOP)
@@ -122,8 +122,7 @@ def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvid
         worker.kill()
     else:
         evidence.worker_state_when_paused = worker.pause()
-    stage = Stage(evidence, setting, prepared.folder, prepared.database, prepared.db, worker, supplier,
-                  {}, policy_for(prepared.db))
+    stage = Stage(prepared, setting, {}, policy_for(prepared.db))
     _wait_for_expiry(stage)
     evidence.takeover = _high_water(prepared.database, evidence.work_id)
     model = CountingModel(OfflineShopModel())
@@ -173,9 +172,7 @@ def setting_bound(evidence: TrialEvidence) -> float:
 def _state(database: Path, ledger: Path, work_id: str) -> dict[str, Any]:
     """The shop and the supplier at the nemesis: where the crash really landed."""
     state = work_state(database, work_id)
-    with closing(sqlite3.connect(database, timeout=10)) as db:
-        state["transcript"] = db.execute("SELECT count(*) FROM assistant_transcript WHERE work_id=?",
-                                         (work_id,)).fetchone()[0]
+    state["transcript"] = transcript_rows(database, work_id)
     state["supplier_orders"] = count_supplier(ledger)["orders"]
     state["at"] = time.time()
     return state
@@ -184,23 +181,15 @@ def _state(database: Path, ledger: Path, work_id: str) -> dict[str, Any]:
 def _high_water(database: Path, work_id: str) -> dict[str, Any]:
     """Before the replacement: the generation held, the order's state, the last row of each log."""
     state = work_state(database, work_id)
-    with closing(sqlite3.connect(database, timeout=10)) as db:
-        last = {table: db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]
-                for table in ("assistant_transcript", "assistant_model_calls", "events")}
     return {"at": time.time(), "generation": state.get("generation"), "order_status": (state["orders"] or [None])[0],
-            "status": state.get("status"), "last_rowid": last}
+            "status": state.get("status"), "last_rowid": last_rows(database)}
 
 
 def _facts(evidence: TrialEvidence, database: Path) -> None:
     """The old worker's generation, lease and order, from the shop's own tables."""
     if evidence.work_id is None or not database.exists():
         return
-    with closing(sqlite3.connect(database, timeout=10)) as db:
-        db.row_factory = sqlite3.Row
-        claimed = db.execute("SELECT payload, created_at FROM events WHERE kind='assistant.work.claimed' "
-                             "ORDER BY seq LIMIT 1").fetchone()
-        order = db.execute("SELECT id, amount FROM assistant_orders WHERE work_id=? ORDER BY created, rowid LIMIT 1",
-                           (evidence.work_id,)).fetchone()
+    claimed, order = first_claim(database), first_order(database, evidence.work_id)
     if claimed is not None:
         payload = json.loads(claimed["payload"])
         evidence.old_generation = payload["generation"]
@@ -215,25 +204,4 @@ def _facts(evidence: TrialEvidence, database: Path) -> None:
     if order is not None:
         evidence.operation, evidence.order_amount = order["id"], order["amount"]
     if evidence.takeover:
-        evidence.takeover["stale_rows"] = _stale_rows(database, evidence.takeover["last_rowid"])
-
-
-def _stale_rows(database: Path, last: dict[str, int]) -> dict[str, int]:
-    """Rows written after the takeover snapshot by a generation older than the newest claim."""
-    with closing(sqlite3.connect(database, timeout=10)) as db:
-        highest = db.execute("SELECT coalesce(max(generation), 0) FROM assistant_work").fetchone()[0]
-        count = {
-            "transcript rows": db.execute("SELECT count(*) FROM assistant_transcript WHERE rowid>? AND generation<?",
-                                          (last["assistant_transcript"], highest)).fetchone()[0],
-            "model-call rows": db.execute("SELECT count(*) FROM assistant_model_calls WHERE rowid>? AND generation<?",
-                                          (last["assistant_model_calls"], highest)).fetchone()[0],
-        }
-        events = db.execute("SELECT kind, payload FROM events WHERE seq>?", (last["events"],)).fetchall()
-    for kind, payload in events:
-        generation = json.loads(payload).get("generation")
-        if generation is None or generation >= highest:
-            continue
-        what = {"assistant.work.finished": "finished events", "assistant.work.claimed": "claim events"}.get(
-            kind, "order events" if kind.startswith("assistant.order.") else "other events")
-        count[what] = count.get(what, 0) + 1
-    return count
+        evidence.takeover["stale_rows"] = stale_rows(database, evidence.takeover["last_rowid"])

@@ -9,6 +9,8 @@ reported as "not implemented yet: write `<function>` in <notebook> and run it".
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from course.checkpoint.cases import ACCEPTED_THEN_CRASH, KILLED, LIVE_STALE, PAUSED
 from course.checkpoint.evidence import CaseEvidence
 from course.learner import NOTEBOOK_OF
@@ -45,13 +47,36 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
     if evidence.operation is None:
         evidence.failures.append("the old worker never reported a prepared order")
         return evidence
+    say = _sayer(evidence)
+    _judge_old_worker(evidence, say)
+    if evidence.expiry_observed_at is None:
+        return evidence  # the case stopped before the lease ran out; the reason is recorded
+    for part in (_judge_lease, _judge_replacement, _judge_supplier, _judge_records, _judge_stale_writes):
+        part(evidence, say)
+    if evidence.case == ACCEPTED_THEN_CRASH:
+        _judge_accepted_then_crash(evidence)
+    return evidence
+
+
+Say = Callable[..., None]
+
+
+def _sayer(evidence: CaseEvidence) -> Say:
+    """`say(sentence, *functions)`: record a failure, naming the functions to revisit."""
     def say(sentence: str, *functions: str) -> None:
         named = "(revisit" in sentence or sentence.startswith("not implemented yet")
         evidence.failures.append(sentence if named else sentence + revisit(*functions))
+    return say
 
+
+def _takeover(evidence: CaseEvidence) -> tuple[int | None, int | None]:
+    """(the old worker's generation, the replacement's)."""
     old = evidence.old_generation
-    new = None if old is None else old + 1
+    return old, None if old is None else old + 1
 
+
+def _judge_old_worker(evidence: CaseEvidence, say: Say) -> None:
+    """The operating system's view: killed, stopped, or alive until told to exit."""
     if evidence.case in (KILLED, ACCEPTED_THEN_CRASH) and evidence.worker_exit != -9:
         say(f"the old worker's exit status was {evidence.worker_exit}, not -9: it was not killed by SIGKILL")
     if evidence.case == PAUSED and evidence.worker_state_when_paused not in ("T", "t"):
@@ -59,19 +84,22 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
     if evidence.case in (LIVE_STALE, PAUSED) and evidence.replacement is not None and evidence.worker_exit != 0:
         say(f"the old worker should have stayed alive and exited cleanly when told; its exit status was "
             f"{evidence.worker_exit}")
-    if evidence.expiry_observed_at is None:
-        return evidence  # the case stopped before the lease ran out; the reason is recorded
+
+
+def _judge_lease(evidence: CaseEvidence, say: Say) -> None:
+    """The lease as asked for, and the expired (not yet replaced) holder's writes (live_stale)."""
     if evidence.lease_waited_seconds is not None and evidence.lease_waited_seconds > evidence.lease_seconds + 0.05:
         say(f"the claim's lease in the row lasts {evidence.lease_waited_seconds:.2f} s, longer than the "
             f"{evidence.lease_seconds} s asked for (ttl)")
-
-    # the expired, not yet replaced, holder (live_stale)
     for attempt in evidence.expired_probe:
         if attempt["outcome"] != "refused":
             say(_stale_sentence(attempt, "after its lease expired (before any replacement): expiry alone "
                                          "must end its authority"), "assert_current")
 
-    # the replacement
+
+def _judge_replacement(evidence: CaseEvidence, say: Say) -> None:
+    """The replacement continued from the records, without the model, and finished the work."""
+    old, new = _takeover(evidence)
     replacement = evidence.replacement or {}
     if "error" in replacement:
         if evidence.model_calls:
@@ -96,7 +124,9 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
     if evidence.work_result and "stale result" in evidence.work_result:
         say("the stored work result is the old worker's stale result, not the replacement's receipt", "assert_current", "finish")
 
-    # the supplier, counted from its own ledger
+
+def _judge_supplier(evidence: CaseEvidence, say: Say) -> None:
+    """The supplier's own ledger: one order, the original operation, sent once."""
     if evidence.supplier_orders != 1:
         say(f"the supplier holds {evidence.supplier_orders} orders; exactly 1 was approved", "order_to_continue", "assert_current")
     if evidence.supplier_operations and evidence.supplier_operations != [evidence.operation]:
@@ -109,27 +139,30 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
     if evidence.order_status != "CONFIRMED":
         say(f"the shop records the order as {evidence.order_status}, not CONFIRMED", "order_to_continue")
 
-    # money and the transcript (SQL)
+
+def _judge_records(evidence: CaseEvidence, say: Say) -> None:
+    """Money and the transcript, counted with SQL."""
     if (evidence.reserved_pence, evidence.spent_pence) != (0, evidence.order_amount):
         say(f"money reserved/spent is {evidence.reserved_pence}/{evidence.spent_pence} pence; expected "
             f"0/{evidence.order_amount} (the one approved order, paid once)", "order_to_continue")
+    old, _ = _takeover(evidence)
     stale_rows = evidence.transcript_rows.get(str(old), 0)
     if stale_rows:
         say(f"the transcript holds {stale_rows} row(s) written by generation {old}, the stale holder", "assert_current", "observe")
 
-    # the old holder's writes after the takeover
-    if evidence.case in (LIVE_STALE, PAUSED):
-        seen = {attempt["boundary"]: attempt for attempt in evidence.stale_attempts}
-        for boundary in STALE_BOUNDARIES:
-            attempt = seen.get(boundary)
-            if attempt is None:
-                say(f"the old worker never reported its {BOUNDARIES[boundary]} attempt")
-            elif attempt["outcome"] != "refused":
-                say(_stale_sentence(attempt, f"after generation {new} took over"), *BOUNDARY_FUNCTIONS[boundary])
 
-    if evidence.case == ACCEPTED_THEN_CRASH:
-        _judge_accepted_then_crash(evidence)
-    return evidence
+def _judge_stale_writes(evidence: CaseEvidence, say: Say) -> None:
+    """The old holder's writes after the takeover (live and paused cases): every one refused."""
+    if evidence.case not in (LIVE_STALE, PAUSED):
+        return
+    _, new = _takeover(evidence)
+    seen = {attempt["boundary"]: attempt for attempt in evidence.stale_attempts}
+    for boundary in STALE_BOUNDARIES:
+        attempt = seen.get(boundary)
+        if attempt is None:
+            say(f"the old worker never reported its {BOUNDARIES[boundary]} attempt")
+        elif attempt["outcome"] != "refused":
+            say(_stale_sentence(attempt, f"after generation {new} took over"), *BOUNDARY_FUNCTIONS[boundary])
 
 
 def _judge_accepted_then_crash(evidence: CaseEvidence) -> None:

@@ -43,13 +43,11 @@ import select
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-VANILLA = "SKU-VANILLA"
-OPERATOR = "lucy"
-APPROVAL_SECONDS = 600
+from course.checkpoint.evidence import claim_fields
+from course.checkpoint.scenario import APPROVAL_SECONDS, OPERATOR, SUBJECT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +116,7 @@ def _pass(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, A
 
 def _ready(args: argparse.Namespace, record: dict[str, Any], error: BaseException | None) -> int:
     """Write the ready record atomically: the claim and order, or what stopped the worker."""
-    from sovereign_agent.children import write_atomically
+    from reference_organizations.children import write_atomically
 
     if error is not None:
         record["error"] = _explain(error)
@@ -155,7 +153,9 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 def _claim(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, Any]) -> Held:
     """Claim with the short lease, propose the vanilla order under the fence, approve it."""
     from reference_organizations.store.agent import SUPPLIER_IDENTITY, shortfalls
-    from sovereign_agent.assistant_orders import SpendingPolicy, approve, propose
+    from sovereign_agent.assistant_orders import approve, propose
+    from sovereign_agent.records import holding, spending_policy
+    from sovereign_agent.records import order as recorded_order
 
     ownership, db = loaded
     record["claim_requested_at"] = time.time()
@@ -163,22 +163,19 @@ def _claim(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, 
     record["claimed_at"] = time.time()
     if work is None:
         raise RuntimeError("claim returned None for the only READY assignment in an unpaused runtime")
-    record["claim"] = _fields(work)
-    row = db.connection.execute(
-        "SELECT expires, generation, owner, status FROM assistant_work WHERE id=?", (work.id,)
-    ).fetchone()
-    record["row"] = dict(row) if row is not None else None
+    record["claim"] = claim_fields(work)
+    row = holding(db.connection, work.id)
+    record["row"] = row
     if row is not None:
         record["expires"] = row["expires"]
-    needed = next((item["needed"] for item in shortfalls(db) if item["sku"] == VANILLA), None)
+    needed = next((item["needed"] for item in shortfalls(db) if item["sku"] == SUBJECT), None)
     if needed is None:
-        raise RuntimeError(f"the seeded shop shows no shortfall for {VANILLA}")
-    order = propose(db, work, VANILLA, needed, target=SUPPLIER_IDENTITY, fence=ownership.assert_current)
-    ceiling = db.connection.execute("SELECT limit_pence FROM assistant_spending WHERE id=1").fetchone()[0]
-    policy = SpendingPolicy(frozenset({OPERATOR}), total_pence=ceiling)
-    proposed = db.connection.execute("SELECT digest, amount FROM assistant_orders WHERE id=?", (order,)).fetchone()
+        raise RuntimeError(f"the seeded shop shows no shortfall for {SUBJECT}")
+    order = propose(db, work, SUBJECT, needed, target=SUPPLIER_IDENTITY, fence=ownership.assert_current)
+    policy = spending_policy(db.connection, {OPERATOR})
+    proposed = recorded_order(db.connection, order)
     approve(db, order, proposed["digest"], actor=OPERATOR, policy=policy, expires=time.time() + APPROVAL_SECONDS)
-    record.update(order=order, sku=VANILLA, quantity=needed, amount=proposed["amount"], approved_at=time.time())
+    record.update(order=order, sku=SUBJECT, quantity=needed, amount=proposed["amount"], approved_at=time.time())
     return Held(db, ownership, work, order, policy, SUPPLIER_IDENTITY)
 
 
@@ -270,13 +267,6 @@ def _explain(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _fields(work: Any) -> dict[str, Any]:
-    if is_dataclass(work):
-        return asdict(work)
-    names = ("id", "session", "prompt", "generation", "owner", "epoch", "subject", "role")
-    return {name: getattr(work, name, None) for name in names}
-
-
 def _claim_stdout() -> Any:
     """Keep the real stdout for protocol replies; route every other print to stderr."""
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8")
@@ -291,9 +281,13 @@ def _reply(replies: Any, message: dict[str, Any]) -> None:
 
 
 def _positive(text: str) -> float:
+    from sovereign_agent.assistant_work import check_ttl
+
     value = float(text)
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError("must be a number of seconds in (0, 3600]")
+    try:
+        check_ttl(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return value
 
 

@@ -54,18 +54,9 @@ class TamperingDetected(Exception):
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """The verdict for one graded cell: {'passed', 'ename', 'message', 'tampering'}."""
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-    course_names: set[str] = set()
-    for cell in job["course_cells"]:
-        source = cell["source"] if cell["whole"] else definitions_only(cell["source"])
-        course_names |= bound_names(source)
-        exec(compile(source, f"<course cell {cell['label']}>", "exec"), namespace)
-    import importlib
-
-    for module in PRELOAD:
-        importlib.import_module(module)
+    course_values = _load_course(job["course_cells"], namespace)
     from course import checks
 
-    course_values = {name: namespace[name] for name in course_names if name in namespace}
     calls = {"expect": 0}
     genuine_expect = checks.expect
 
@@ -74,28 +65,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         genuine_expect(condition, message)
 
     course_values["expect"] = expect
-    stubs: list[str] = []
-    broken: dict[str, str] = {}
-    learner: dict[str, Any] = {}
     snapshot = Snapshot.take()
-    for cell in job["learner_cells"]:
-        source = definitions_only(cell["source"])
-        before = dict(namespace)
-        try:
-            exec(compile(source, LEARNER_FILE.format(label=cell["label"]), "exec"), namespace)
-        except NotImplementedError:  # nbgrader's stub inside a class body
-            stubs.append(cell["label"])
-        except Exception as error:  # a failing import or decorator: that cell defines less
-            broken[cell["label"]] = f"{type(error).__name__}: {str(error)[:200]}"
-        learner.update({k: v for k, v in namespace.items() if k not in before or before[k] is not v})
+    learner, stubs, broken = _load_learner(job["learner_cells"], namespace)
     tampering = snapshot.changes()  # while the definitions loaded (builtins and hooks are put back)
-    namespace.update(course_values)
-    for name, value in learner.items():
-        if name not in course_values:
-            namespace[name] = guard(name, value)
-    for name in job.get("answers", []):
-        if _from_the_course(learner.get(name)):
-            namespace[name] = _refuse(name, f"`{name}` is the course's own implementation, imported, not yours")
+    _bind(namespace, course_values, learner, job.get("answers", []))
     check = marshal.loads(base64.b64decode(job.pop("check")))
     try:
         exec(check, namespace)
@@ -117,6 +90,50 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         }
     verdict["tampering"] = bool(tampering)
     return verdict
+
+
+def _load_course(cells: list[dict[str, Any]], namespace: dict[str, Any]) -> dict[str, Any]:
+    """Run the course's cells (setup whole, others' definitions); return the names they bound."""
+    course_names: set[str] = set()
+    for cell in cells:
+        source = cell["source"] if cell["whole"] else definitions_only(cell["source"])
+        course_names |= bound_names(source)
+        exec(compile(source, f"<course cell {cell['label']}>", "exec"), namespace)
+    import importlib
+
+    for module in PRELOAD:
+        importlib.import_module(module)
+    return {name: namespace[name] for name in course_names if name in namespace}
+
+
+def _load_learner(cells: list[dict[str, Any]], namespace: dict[str, Any]) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+    """Run the definitions of the learner's cells: (what they bound, stub cells, broken cells)."""
+    stubs: list[str] = []
+    broken: dict[str, str] = {}
+    learner: dict[str, Any] = {}
+    for cell in cells:
+        source = definitions_only(cell["source"])
+        before = dict(namespace)
+        try:
+            exec(compile(source, LEARNER_FILE.format(label=cell["label"]), "exec"), namespace)
+        except NotImplementedError:  # nbgrader's stub inside a class body
+            stubs.append(cell["label"])
+        except Exception as error:  # a failing import or decorator: that cell defines less
+            broken[cell["label"]] = f"{type(error).__name__}: {str(error)[:200]}"
+        learner.update({k: v for k, v in namespace.items() if k not in before or before[k] is not v})
+    return learner, stubs, broken
+
+
+def _bind(namespace: dict[str, Any], course: dict[str, Any], learner: dict[str, Any], answers: list[str]) -> None:
+    """The course's names win; the learner's own are guarded; an answer that is the course's
+    own object is refused."""
+    namespace.update(course)
+    for name, value in learner.items():
+        if name not in course:
+            namespace[name] = guard(name, value)
+    for name in answers:
+        if _from_the_course(learner.get(name)):
+            namespace[name] = _refuse(name, f"`{name}` is the course's own implementation, imported, not yours")
 
 
 def guard(name: str, value: Any) -> Any:

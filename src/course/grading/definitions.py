@@ -47,14 +47,18 @@ def is_constant(node: ast.expr) -> bool:
         return False
 
 
+def _top_level(source: str) -> list[ast.stmt]:
+    """A cell's top-level statements; none for a cell that does not parse."""
+    try:
+        return ast.parse(source).body
+    except (SyntaxError, ValueError):
+        return []
+
+
 def bound_names(source: str) -> set[str]:
     """Top-level names a cell binds (what the course's own cells define)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return set()
     names: set[str] = set()
-    for node in tree.body:
+    for node in _top_level(source):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -68,11 +72,8 @@ def bound_names(source: str) -> set[str]:
 
 def defined_names(source: str) -> set[str]:
     """Names a cell defines with `def` or `class` at the top level (what an answer cell asks for)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return set()
-    return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return {node.name for node in _top_level(source)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
 def straight_line_calls(source: str, function: str) -> int:

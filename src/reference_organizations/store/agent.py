@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from sovereign_agent.assistant_orders import propose
+from reference_organizations.store.supplier.protocol import DEFAULT_IDENTITY as SUPPLIER_IDENTITY  # the shop's one wholesaler
+from sovereign_agent.assistant_orders import open_account, propose
 from sovereign_agent.assistant_work import Claim, assert_current
 from sovereign_agent.database import Database
 from sovereign_agent.events import append_event
@@ -25,7 +26,6 @@ CATALOGUE = (
 OPENING_CASH_PENCE = 20_000
 # The account ceiling: vanilla (1500) and strawberry (4 x 275 = 1100) each fit, both together do not.
 SPENDING_CEILING_PENCE = 2_500
-SUPPLIER_IDENTITY = "lucy-wholesale"
 
 
 def seed_lucy(db: Database) -> None:
@@ -38,9 +38,7 @@ def seed_lucy(db: Database) -> None:
             "INSERT OR IGNORE INTO shop_items(sku, name, on_hand, reorder_at, unit_pence) VALUES (?, ?, ?, ?, ?)",
             CATALOGUE,
         )
-        connection.execute(
-            "INSERT OR IGNORE INTO assistant_spending(id, limit_pence) VALUES (1, ?)", (SPENDING_CEILING_PENCE,)
-        )
+        open_account(connection, SPENDING_CEILING_PENCE)
         if created:
             append_event(db, "shop.seeded", {"items": len(CATALOGUE), "cash_pence": OPENING_CASH_PENCE})
 

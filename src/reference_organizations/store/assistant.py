@@ -15,11 +15,12 @@ from typing import Any
 
 from reference_organizations.store.agent import SUPPLIER_IDENTITY, ShopTools
 from sovereign_agent.agent_loop import Limits, run_loop
-from sovereign_agent.assistant_orders import OrderRefused, SpendingPolicy, execute
+from sovereign_agent.assistant_orders import UNSENT, OrderRefused, SpendingPolicy, execute
 from sovereign_agent.assistant_work import BudgetExhausted, Claim, reserve_model_call
 from sovereign_agent.database import Database
 from sovereign_agent.model import Model
 from sovereign_agent.ownership import REFERENCE, Ownership
+from sovereign_agent.records import is_cancelled, is_uncertain, orders_of
 from sovereign_agent.suppliers import OutcomeUnknown, Supplier
 
 LEASE_MARGIN_SECONDS = 5.0
@@ -77,7 +78,7 @@ def _continue_order(
 ) -> dict[str, Any]:
     policy = policy or SpendingPolicy(frozenset(), total_pence=0)
     outcome = {"work": work.id, "generation": work.generation, "owner": work.owner, "order": order, "model_calls": 0}
-    cancelled = db.connection.execute("SELECT cancelled FROM assistant_work WHERE id=?", (work.id,)).fetchone()[0]
+    cancelled = is_cancelled(db.connection, work.id)
     receipts: dict[str, dict[str, Any]] = {}
     while order not in receipts:  # each execute settles its order or ends the pass: bounded
         outcome["order"] = order
@@ -100,15 +101,12 @@ def _continue_order(
     return outcome | {"status": status, "receipt": receipt}
 
 
-def _stopped(db: Database, order: str, cancelled: int) -> str:
+def _stopped(db: Database, order: str, cancelled: bool) -> str:
     """How a pass that could not settle its order ends. Cancelled work whose order is still
     uncertain is BLOCKED, not CANCELLED: only BLOCKED waits a retry delay, and without one the
     recovery pass would take the same assignment again at once, on every pass, starving all other
     work. Its `cancelled` flag stays set, so nothing can be sent for it."""
-    uncertain = db.connection.execute(
-        "SELECT count(*) FROM assistant_orders WHERE id=? AND status IN ('SENDING', 'UNKNOWN')", (order,)
-    ).fetchone()[0]
-    return "CANCELLED" if cancelled and not uncertain else "BLOCKED"
+    return "CANCELLED" if cancelled and not is_uncertain(db.connection, order) else "BLOCKED"
 
 
 def _reason(
@@ -146,9 +144,7 @@ def _reason(
         # finishing now (DONE or BLOCKED) would strand the order and its reservation.
         continued = _continue_order(db, work, approved, supplier, policy, ownership)
         return {key: value for key, value in continued.items() if key != "model_calls"} | {"turns": loop.turns}
-    drafts = db.connection.execute(
-        "SELECT count(*) FROM assistant_orders WHERE work_id=? AND status IN ('DRAFT', 'APPROVED')", (work.id,)
-    ).fetchone()[0]
+    drafts = orders_of(db.connection, work.id, UNSENT)
     if loop.status != "DONE":
         status, result = "BLOCKED", f"loop ended: {loop.status}"
     elif drafts:

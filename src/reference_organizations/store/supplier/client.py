@@ -16,10 +16,6 @@ from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 
 
-
-
-
-
 class SupplierClient:
     """The shop's side of the protocol (implements sovereign_agent.suppliers.Supplier).
 
@@ -29,7 +25,7 @@ class SupplierClient:
     bounds each socket operation, not the whole call.
     """
 
-    idempotent = True
+    idempotent = True  # the interface's promise: the same operation id is answered with the same receipt
 
     def __init__(self, endpoint: str, *, identity: str = DEFAULT_IDENTITY, timeout: float = 3.0) -> None:
         parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
@@ -115,8 +111,6 @@ class SupplierClient:
                 f" for {receipt.get('operation')!r}"
             )
         return receipt
-
-
 
 
 def _order_path(operation: str) -> str:

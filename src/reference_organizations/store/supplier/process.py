@@ -17,7 +17,7 @@ from reference_organizations.store.supplier.protocol import (
     BUSY_TIMEOUT_SECONDS,
     DEFAULT_IDENTITY,
 )
-from sovereign_agent.children import spawn, stop, wait_for_file
+from reference_organizations.children import spawn, stop, wait_for_file
 
 
 @dataclass

@@ -28,7 +28,7 @@ from reference_organizations.store.supplier.protocol import (
     DEFAULT_IDENTITY,
     OPERATION,
 )
-from sovereign_agent.children import alive, write_atomically
+from reference_organizations.children import alive, write_atomically
 
 HOST = "127.0.0.1"
 ORDER_PATH = re.compile(r"/orders/([^/]*)")
@@ -50,9 +50,6 @@ CREATE TABLE IF NOT EXISTS requests (
     at REAL          -- Unix time
 );
 """
-
-
-
 
 
 class Refusal(Exception):

@@ -9,7 +9,6 @@ parent dies; `stop` always reaps; `wait_for_file` never waits without a bound; a
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import signal
@@ -18,30 +17,26 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping, Sequence
+from typing import IO, Any, Mapping, Sequence
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _POLL_SECONDS = 0.02
 
 Target = int | IO[Any] | None
 
-
-def _die_with(parent_pid: int) -> Callable[[], None]:
-    """A preexec_fn: SIGKILL me when my parent dies, and close the race with an early death.
-
-    Runs in the child between fork and exec. If the parent died before prctl took effect, the
-    child has already been re-parented and would never get the signal, so it exits instead.
-    libc is resolved here, in the parent, so the child does no library loading after fork.
-    """
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def preexec() -> None:
-        if prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
-            os._exit(127)
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return preexec
+# Runs first in every spawned child, as a fresh Python (no fork-time code: a preexec_fn is unsafe
+# while the parent runs threads, as kernels and test runners do). It asks Linux to send the
+# signal when the parent dies, closes the race with a parent that died first (the child has then
+# been re-parented and would never get the signal), then becomes the real command; the setting
+# survives exec.
+_DIE_WITH_PARENT = """
+import ctypes, os, sys
+parent, signal_number = int(sys.argv[1]), int(sys.argv[2])
+if ctypes.CDLL(None, use_errno=True).prctl(1, signal_number, 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_PDEATHSIG) failed")
+if os.getppid() != parent:
+    sys.exit("the parent died before the child started")
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
 
 
 def spawn(
@@ -52,27 +47,31 @@ def spawn(
     stdout: Target = None,
     stderr: Target = None,
     new_session: bool = False,
+    death_signal: signal.Signals = signal.SIGKILL,
 ) -> subprocess.Popen[bytes]:
     """Start `argv` as a child that dies with this process, even if this process is SIGKILLed.
 
-    On Linux the child gets PR_SET_PDEATHSIG=SIGKILL. Caveat: Linux ties it to the *thread*
-    that spawned the child, so spawn from a thread that lives as long as the child (a kernel
-    cell's main thread does). Elsewhere there is no such guarantee; children that care should
-    also watch their parent (the supplier's `--parent-pid`).
+    On Linux the child gets PR_SET_PDEATHSIG (`death_signal`, SIGKILL unless a server should
+    get the chance to clean up). Caveat: Linux ties it to the *thread* that spawned the child,
+    so spawn from a thread that lives as long as the child (a kernel cell's main thread does).
+    Elsewhere there is no such guarantee; children that care should also watch their parent
+    (the supplier's `--parent-pid`).
 
     By default the child stays in our process group, so a kernel interrupt (SIGINT to the
     group) reaches it too; `new_session=True` detaches it from that. stdin is always
     /dev/null: a child must never compete with a kernel or a test runner for input.
     """
-    preexec = _die_with(os.getpid()) if sys.platform.startswith("linux") else None
+    command = [os.fspath(arg) for arg in argv]
+    if sys.platform.startswith("linux"):
+        command = [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), str(int(death_signal)),
+                   *command]
     return subprocess.Popen(
-        [os.fspath(arg) for arg in argv],
+        command,
         env=None if env is None else dict(env),
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
-        preexec_fn=preexec,
         start_new_session=new_session,
     )
 

@@ -1,0 +1,81 @@
+"""The house's joins: the runtime's schema stays private to the runtime, and functions stay short."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+# SQL that names one of the runtime's tables: assistant_work, assistant_orders, ...
+RUNTIME_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|FROM|INTO|JOIN)\b[^;]*\bassistant_\w+", re.I | re.S)
+# The checkpoint's evidence counter reads the records independently, on purpose: it must not
+# trust the runtime it is judging.
+INDEPENDENT_READERS = {"course/checkpoint/evidence.py"}
+
+
+def _strings(tree: ast.AST) -> list[ast.Constant]:
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def test_no_course_or_shop_module_runs_sql_against_a_runtime_table():
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        relative = path.relative_to(SRC).as_posix()
+        if relative.startswith("sovereign_agent/") or relative in INDEPENDENT_READERS:
+            continue
+        for node in _strings(ast.parse(path.read_text())):
+            if RUNTIME_SQL.search(node.value):
+                offenders.append(f"{relative}:{node.lineno}: {node.value[:70]!r}")
+    assert offenders == [], "ask sovereign_agent.records instead:\n" + "\n".join(offenders)
+
+
+def test_the_scan_would_see_raw_runtime_sql():
+    caught = [node.value for node in _strings(ast.parse(
+        'def f(db):\n    """Reads assistant_work."""\n'
+        '    return db.execute("SELECT expires FROM assistant_work WHERE id=?", (1,))\n'))
+        if RUNTIME_SQL.search(node.value)]
+    assert caught == ["SELECT expires FROM assistant_work WHERE id=?"]
+
+
+def _layout_map() -> dict[str, set[str]]:
+    """The README's code map: {folder: the entries named under it}."""
+    readme = (SRC.parent / "README.md").read_text()
+    block = readme.split("## How the code is laid out", 1)[1].split("```", 2)[1]
+    found: dict[str, set[str]] = {}
+    folder = None
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            folder = line.split()[0].rstrip("/")
+            found[folder] = set()
+        elif line.strip() and folder is not None:
+            names = line.strip().split("   ")[0].split()
+            found[folder].update(name.rstrip("/") for name in names if name.endswith((".py", "/")))
+    return found
+
+
+def test_the_readme_layout_map_matches_the_tree():
+    mapped = _layout_map()
+    root = SRC.parent
+    for folder, names in mapped.items():
+        if folder == "my-work/ch12":  # a learner's copy, made by `make lab`, never committed
+            continue
+        assert (root / folder).exists(), f"the README names {folder}/, which does not exist"
+        for name in names:
+            assert (root / folder / name).exists(), f"the README names {folder}/{name}, which does not exist"
+    for package in ("src/sovereign_agent", "src/reference_organizations", "src/reference_organizations/store",
+                    "src/course"):
+        if package not in mapped:
+            continue
+        present = {p.name for p in (root / package).iterdir()
+                   if (p.suffix == ".py" and p.name != "__init__.py") or (p.is_dir() and (p / "__init__.py").exists())}
+        named = mapped[package] | {name.split("/")[0] for folder, names in mapped.items()
+                                   if folder.startswith(package + "/") for name in [folder[len(package) + 1:]]}
+        assert present <= named, f"{package}: the README's map lacks {sorted(present - named)}"
