@@ -8,7 +8,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 # SQL that names one of the runtime's tables: assistant_work, assistant_orders, ...
-RUNTIME_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|FROM|INTO|JOIN)\b[^;]*\bassistant_\w+", re.I | re.S)
+# (SQL keywords in capitals, as this project writes them: `from x import y` is not SQL.)
+RUNTIME_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|FROM|INTO|JOIN)\b[^;]*\bassistant_\w+", re.S)
 # The checkpoint's evidence counter reads the records independently, on purpose: it must not
 # trust the runtime it is judging.
 INDEPENDENT_READERS = {"course/checkpoint/evidence.py"}

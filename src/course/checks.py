@@ -322,19 +322,18 @@ def killed_holder(db: Database, work_id: str, *, owner: str = "killed-worker", t
     import subprocess
     import sys
 
+    from reference_organizations.children import spawn, stop, wait_for_file
+
     ready = Path(db.path).with_name(f"held-{work_id}")
-    child = subprocess.Popen([sys.executable, "-c", _HOLDER, str(db.path), work_id, owner, str(ttl), str(ready)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = spawn([sys.executable, "-c", _HOLDER, str(db.path), work_id, owner, str(ttl), str(ready)],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + limit
-        while not ready.exists():
-            if child.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the holder did not claim {work_id}: {child.stderr.read().decode()[-300:]}")
-            time.sleep(0.02)
+        try:
+            wait_for_file(ready, timeout=limit, process=child)
+        except (RuntimeError, TimeoutError) as error:
+            said = child.stderr.read().decode()[-300:] if child.poll() is not None else ""
+            raise RuntimeError(f"the holder did not claim {work_id}: {error} {said}".strip()) from None
         child.send_signal(signal.SIGKILL)
         return child.wait(limit)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(limit)
-        child.stderr.close()
+        stop(child)  # kills it if it is still running; always reaps and closes its pipe
