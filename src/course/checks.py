@@ -267,3 +267,91 @@ def order_in_state(state: str) -> tuple[Database, Any, str]:
     if reached != state:
         raise RuntimeError(f"set-up: the order is {reached}, not {state}")
     return db, held, order_id
+
+
+# --- 02_fencing, section 3: a lease sized from the loop's bounds, and the model-call reservation ---
+
+
+def admission_with_lease_left(lease_left: float, supplier_timeout: float) -> dict[str, Any]:
+    """The runtime's own admission decision (`execute`, at an injected `now`) for a Lucy-approved
+    order when `lease_left` seconds (> 0) of the holder's lease remain and the supplier declares
+    `supplier_timeout` seconds. Returns {"lease_left": the seconds left as the runtime computed them,
+    "sent": bool, "reason": the refusal, or ""}."""
+    from reference_organizations.store.agent import SPENDING_CEILING_PENCE
+    from sovereign_agent.assistant_orders import OrderRefused, SpendingPolicy, execute
+
+    db, held, order_id = order_in_state("APPROVED")
+    try:
+        supplier = ScriptedSupplier("ACCEPTED")
+        supplier.timeout = float(supplier_timeout)
+        expires = db.connection.execute("SELECT expires FROM assistant_work WHERE id=?", (held.id,)).fetchone()[0]
+        now = expires - lease_left
+        policy = SpendingPolicy(operators=frozenset({"lucy"}), total_pence=SPENDING_CEILING_PENCE)
+        try:
+            execute(db, held, order_id, supplier, policy=policy, now=now)
+        except OrderRefused as refusal:
+            return {"lease_left": expires - now, "sent": False, "reason": str(refusal)}
+        return {"lease_left": expires - now, "sent": True, "reason": ""}
+    finally:
+        db.close()
+
+
+class CountingModel:
+    """The offline shop model, counting the calls that reach it."""
+
+    def __init__(self) -> None:
+        from reference_organizations.store.agent import OfflineShopModel
+
+        self.model, self.calls = OfflineShopModel(), 0
+
+    def complete(self, messages: Any, tools: Any, **limits: Any) -> Any:
+        self.calls += 1
+        return self.model.complete(messages, tools, **limits)
+
+
+TAKEOVERS = ("replacement", "same label", "cancel", "")
+
+
+def takeover_after_check(assert_current: Callable[..., None], observe: Callable[..., None],
+                         finish: Callable[..., None], takeover: str = "replacement") -> dict[str, Any]:
+    """Lucy's real worker (`run_once`) over one assignment, with `assert_current` as every fence.
+
+    Right after the loop's first `check_current` has passed (the one fence call made outside a
+    write transaction) and before the model call is reserved, `takeover` happens: "replacement"
+    (another worker claims at the lease's expiry, injected time), "same label" (the same, under the
+    old worker's own label), "cancel" (the operator cancels) or "" (nothing). Returns
+    {"refused": the PermissionError's message or None, "model_calls": calls that reached the
+    model, "reserved": {generation: rows of assistant_model_calls}, "taken over": bool}.
+    """
+    from reference_organizations.store.assistant import run_once
+    from sovereign_agent import assistant_work
+    from sovereign_agent.ownership import Ownership
+
+    if takeover not in TAKEOVERS:
+        raise ValueError(f"takeover is one of {TAKEOVERS}")
+    db = fresh_shop()
+    work_id = assistant_work.enqueue(db, "phone:reserve", "lucy", "Check the stock and draft a reorder")
+    happened: list[str] = []
+
+    def fence(connection: sqlite3.Connection, work: Any, now: float | None = None) -> None:
+        assert_current(connection, work, now)
+        if takeover and not happened and not connection.in_transaction:
+            happened.append(takeover)
+            if takeover == "cancel":
+                assistant_work.cancel(db, work_id)
+            else:
+                expires = db.connection.execute("SELECT expires FROM assistant_work WHERE id=?", (work_id,)).fetchone()[0]
+                label = work.owner if takeover == "same label" else "replacement"
+                assistant_work.claim(db, label, now=expires, ttl=30)
+
+    model = CountingModel()
+    try:
+        run_once(db, model, owner="old-worker", ownership=Ownership(assert_current=fence, observe=observe, finish=finish))
+        refused = None
+    except PermissionError as refusal:
+        refused = str(refusal)
+    finally:
+        reserved = dict(db.connection.execute(
+            "SELECT generation, count(*) FROM assistant_model_calls GROUP BY generation").fetchall())
+        db.close()
+    return {"refused": refused, "model_calls": model.calls, "reserved": reserved, "taken over": bool(happened)}
