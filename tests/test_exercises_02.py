@@ -66,7 +66,9 @@ def reuse_owner_label(db, owner, prompt="Prepare the stock draft"):
 '''
 
 # Wrong: the replacement uses another label, so the exercise shows nothing about reused labels.
-REUSE_OTHER_LABEL = REUSE_LONGER_LEASE.replace('new = reference.claim(db, owner,', 'new = reference.claim(db, owner + "-2",')
+REUSE_OTHER_LABEL = REUSE_LONGER_LEASE.replace(
+    "new = reference.claim(db, owner,", 'new = reference.claim(db, owner + "-2",'
+)
 
 
 @pytest.mark.parametrize("answer", [REUSE_LONGER_LEASE, REUSE_RUNTIME_FINISH], ids=["longer lease", "runtime finish"])
@@ -77,7 +79,8 @@ def test_exercise_1_written_differently_keeps_its_points(answer):
 
 @pytest.mark.parametrize(
     "answer, said",
-    [(REUSE_AT_EXPIRY, "after the old lease's expiry"), (REUSE_NEVER_TRIED, "No fence refused the old generation-1 claim"),
+    [(REUSE_AT_EXPIRY, "after the old lease's expiry"),
+     (REUSE_NEVER_TRIED, "No fence refused the old generation-1 claim"),
      (REUSE_OTHER_LABEL, "same_owner")],
     ids=["tried at expiry", "never tried", "other label"],
 )
@@ -110,7 +113,8 @@ def release_stale_response(db, write):
     observe(db, new, {"role": "assistant", "content": "the replacement's reply"})
     finish(db, new, "DONE", "current result")
     counts = {}
-    for (generation,) in db.connection.execute("SELECT generation FROM assistant_transcript WHERE work_id=?", (work_id,)):
+    rows = db.connection.execute("SELECT generation FROM assistant_transcript WHERE work_id=?", (work_id,))
+    for (generation,) in rows:
         counts[generation] = counts.get(generation, 0) + 1
     return {"rows_by_generation": counts, "stale_observation_refused": stale_observation_refused,
             "stale_completion_refused": stale_completion_refused,
@@ -125,11 +129,14 @@ STALE_NO_REPLACEMENT_FINISH = STALE_TWO_MESSAGES.replace('    finish(db, new, "D
 
 
 def test_exercise_3_written_differently_keeps_its_points():
-    verdict = grade({"exercise_stale_response_experiment": STALE_TWO_MESSAGES}, "test_exercise_stale_response_experiment")
+    answer = {"exercise_stale_response_experiment": STALE_TWO_MESSAGES}
+    verdict = grade(answer, "test_exercise_stale_response_experiment")
     assert verdict["passed"], verdict
 
 
-@pytest.mark.parametrize("answer", [STALE_IGNORES_WRITER, STALE_NO_REPLACEMENT_FINISH], ids=["ignores writer", "no finish"])
+@pytest.mark.parametrize(
+    "answer", [STALE_IGNORES_WRITER, STALE_NO_REPLACEMENT_FINISH], ids=["ignores writer", "no finish"]
+)
 def test_exercise_3_wrong_answers_lose_the_points(answer):
     verdict = grade({"exercise_stale_response_experiment": answer}, "test_exercise_stale_response_experiment")
     assert not verdict["passed"] and verdict["ename"] == "CheckFailed", verdict
@@ -155,7 +162,8 @@ def test_the_lease_rule_written_differently_keeps_its_points_and_wrong_ones_lose
     assert grade({"order_may_leave": FITS_DIFFERENTLY}, "test_order_may_leave")["passed"]
     boundary = grade({"order_may_leave": AT_THE_BOUNDARY_TOO}, "test_order_may_leave")
     assert not boundary["passed"]
-    assert "With 1.0 s of lease left and a 1.0 s supplier timeout you predicted sent" in " ".join(boundary["message"].split())
+    said = " ".join(boundary["message"].split())
+    assert "With 1.0 s of lease left and a 1.0 s supplier timeout you predicted sent" in said
     always = grade({"order_may_leave": ALWAYS}, "test_order_may_leave")
     assert not always["passed"] and "With 0.5 s of lease left" in " ".join(always["message"].split())
 
@@ -165,7 +173,8 @@ def test_the_lease_rule_written_differently_keeps_its_points_and_wrong_ones_lose
 OWNER_ONLY = '''
 def assert_current(connection, work, now=None):
     """Wrong on purpose: trusts the owner label and nothing else."""
-    if connection.execute("SELECT 1 FROM assistant_work WHERE id=? AND owner=?", (work.id, work.owner)).fetchone() is None:
+    held = connection.execute("SELECT 1 FROM assistant_work WHERE id=? AND owner=?", (work.id, work.owner)).fetchone()
+    if held is None:
         raise PermissionError("not the owner")
 '''
 

@@ -49,7 +49,8 @@ def run_lost_lease(tmp_path: Path, owner: str, delay: float) -> str:
     notebook.cells = cells[:at] + [slowed] + cells[at:]
     NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(folder)}}).execute()
-    errors = [f"{o.ename}: {o.evalue}" for c in notebook.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    outputs = [o for c in notebook.cells for o in c.get("outputs", [])]
+    errors = [f"{o.ename}: {o.evalue}" for o in outputs if o.output_type == "error"]
     assert errors == []
     return "".join(o.get("text", "") for o in notebook.cells[-1].outputs if o.output_type == "stream")
 

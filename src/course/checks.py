@@ -340,13 +340,15 @@ def takeover_after_check(assert_current: Callable[..., None], observe: Callable[
             if takeover == "cancel":
                 assistant_work.cancel(db, work_id)
             else:
-                expires = db.connection.execute("SELECT expires FROM assistant_work WHERE id=?", (work_id,)).fetchone()[0]
+                expires = db.connection.execute(
+                    "SELECT expires FROM assistant_work WHERE id=?", (work_id,)).fetchone()[0]
                 label = work.owner if takeover == "same label" else "replacement"
                 assistant_work.claim(db, label, now=expires, ttl=30)
 
     model = CountingModel()
     try:
-        run_once(db, model, owner="old-worker", ownership=Ownership(assert_current=fence, observe=observe, finish=finish))
+        mine = Ownership(assert_current=fence, observe=observe, finish=finish)
+        run_once(db, model, owner="old-worker", ownership=mine)
         refused = None
     except PermissionError as refusal:
         refused = str(refusal)
