@@ -9,7 +9,8 @@ from reference_organizations.store.agent import SPENDING_CEILING_PENCE
 from sovereign_agent.assistant_work import cancel
 from sovereign_agent.database import Database
 from sovereign_agent.records import (
-    holding, is_cancelled, is_uncertain, lease_expiry, order, orders_of, spending_ceiling, spending_policy,
+    holding, is_cancelled, is_uncertain, lease_expiry, model_calls_by_generation, order, orders_of, spending_ceiling,
+    spending_policy,
 )
 
 
@@ -53,3 +54,15 @@ def test_the_spending_policy_comes_from_the_recorded_ceiling(db, tmp_path):
     assert (policy.operators, policy.total_pence) == (frozenset({OPERATOR}), SPENDING_CEILING_PENCE)
     with Database(tmp_path / "unopened.sqlite") as bare, pytest.raises(LookupError, match="never opened"):
         spending_ceiling(bare.connection)
+
+
+def test_model_calls_are_counted_per_generation_that_reserved_them(db):
+    from sovereign_agent.assistant_work import claim, reserve_model_call
+
+    work = held_work(db, ttl=30, now=1000.0)
+    reserve_model_call(db, work, 100, now=1001.0)
+    reserve_model_call(db, work, 100, now=1002.0)
+    replacement = claim(db, "second-owner", now=1030.0, ttl=30)
+    reserve_model_call(db, replacement, 100, now=1031.0)
+    assert model_calls_by_generation(db.connection, work.id) == {1: 2, 2: 1}
+    assert model_calls_by_generation(db.connection, "no-such-work") == {}

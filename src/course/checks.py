@@ -337,3 +337,81 @@ def killed_holder(db: Database, work_id: str, *, owner: str = "killed-worker", t
         return child.wait(limit)
     finally:
         stop(child)  # kills it if it is still running; always reaps and closes its pipe
+
+
+# --- 02_fencing, section 3: a lease sized from the loop's bounds, and the model-call reservation ---
+
+
+def admission_with_lease_left(lease_left: float, supplier_timeout: float) -> dict[str, Any]:
+    """The runtime's own admission decision (`execute`, at an injected `now`) for a Lucy-approved
+    order when `lease_left` seconds (> 0) of the holder's lease remain and the supplier declares
+    `supplier_timeout` seconds. Returns {"lease_left": the seconds left as the runtime computed them,
+    "sent": bool, "reason": the refusal, or ""}."""
+    from sovereign_agent.assistant_orders import OrderRefused, execute
+    from sovereign_agent.records import lease_expiry, spending_policy
+
+    db, held, order_id = order_in_state("APPROVED")
+    try:
+        supplier = ScriptedSupplier("ACCEPTED")
+        supplier.timeout = float(supplier_timeout)
+        expires = lease_expiry(db.connection, held.id)
+        now = expires - lease_left
+        policy = spending_policy(db.connection, {"lucy"})
+        try:
+            execute(db, held, order_id, supplier, policy=policy, now=now)
+        except OrderRefused as refusal:
+            return {"lease_left": expires - now, "sent": False, "reason": str(refusal)}
+        return {"lease_left": expires - now, "sent": True, "reason": ""}
+    finally:
+        db.close()
+
+
+TAKEOVERS = ("replacement", "same label", "cancel", "")
+
+
+def takeover_after_check(assert_current: Callable[..., None], observe: Callable[..., None],
+                         finish: Callable[..., None], takeover: str = "replacement") -> dict[str, Any]:
+    """Lucy's real worker (`run_once`) over one assignment, with `assert_current` as every fence.
+
+    Right after the loop's first `check_current` has passed (the one fence call made outside a
+    write transaction) and before the model call is reserved, `takeover` happens: "replacement"
+    (another worker claims at the lease's expiry, injected time), "same label" (the same, under the
+    old worker's own label), "cancel" (the operator cancels) or "" (nothing). Returns
+    {"refused": the PermissionError's message or None, "model_calls": calls that reached the
+    model, "reserved": {generation: rows of assistant_model_calls}, "taken over": bool}.
+    """
+    from course.checkpoint.model import CountingModel
+    from reference_organizations.store.agent import OfflineShopModel
+    from reference_organizations.store.assistant import run_once
+    from sovereign_agent import assistant_work
+    from sovereign_agent.ownership import Ownership
+    from sovereign_agent.records import lease_expiry, model_calls_by_generation
+
+    if takeover not in TAKEOVERS:
+        raise ValueError(f"takeover is one of {TAKEOVERS}")
+    db = fresh_shop()
+    work_id = assistant_work.enqueue(db, "phone:reserve", "lucy", "Check the stock and draft a reorder")
+    happened: list[str] = []
+
+    def fence(connection: sqlite3.Connection, work: Any, now: float | None = None) -> None:
+        assert_current(connection, work, now)
+        if takeover and not happened and not connection.in_transaction:
+            happened.append(takeover)
+            if takeover == "cancel":
+                assistant_work.cancel(db, work_id)
+            else:
+                expires = lease_expiry(db.connection, work_id)
+                label = work.owner if takeover == "same label" else "replacement"
+                assistant_work.claim(db, label, now=expires, ttl=30)
+
+    model = CountingModel(OfflineShopModel())
+    try:
+        mine = Ownership(assert_current=fence, observe=observe, finish=finish)
+        run_once(db, model, owner="old-worker", ownership=mine)
+        refused = None
+    except PermissionError as refusal:
+        refused = str(refusal)
+    finally:
+        reserved = model_calls_by_generation(db.connection, work_id)
+        db.close()
+    return {"refused": refused, "model_calls": model.calls, "reserved": reserved, "taken over": bool(happened)}

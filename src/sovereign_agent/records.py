@@ -55,6 +55,13 @@ def is_uncertain(connection: sqlite3.Connection, order_id: str) -> bool:
     return recorded is not None and recorded["status"] in UNCERTAIN
 
 
+def model_calls_by_generation(connection: sqlite3.Connection, work_id: str) -> dict[int, int]:
+    """Model calls reserved for the assignment, counted per generation that reserved them."""
+    return dict(connection.execute(
+        "SELECT generation, count(*) FROM assistant_model_calls WHERE work_id=? GROUP BY generation", (work_id,)
+    ).fetchall())
+
+
 def spending_ceiling(connection: sqlite3.Connection) -> int:
     """The most the account may commit in total, as recorded when it was opened."""
     row = connection.execute("SELECT limit_pence FROM assistant_spending WHERE id=1").fetchone()

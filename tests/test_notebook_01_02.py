@@ -1,0 +1,70 @@
+"""02_fencing's lost-lease experiment on a slow machine: it reports what happened, and never crashes.
+
+The cell runs Lucy's real worker with a one-second lease, on the wall clock. A slow disk stretches
+every write; the experiment stays bounded and honest whichever holder the slowness hits:
+
+- the replacement is slow: it holds the lease the runtime sizes for it, so it still finishes, and
+  the first worker's late reply is refused by the generation;
+- the first worker is slow: its one-second lease runs out during its first turn, so it is refused
+  there, no replacement runs, and the cell says so.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions" / "ch12"
+
+pytestmark = pytest.mark.slow
+
+# A learner observe on a slow disk: every transcript write by `owner` takes `delay` seconds first.
+SLOW_OBSERVE = '''
+def observe(db, work, message, *, _fast=observe):
+    if work.owner == {owner!r}:
+        time.sleep({delay})
+    _fast(db, work, message)
+'''
+
+
+def grade_id(cell) -> str:
+    return cell.metadata.get("nbgrader", {}).get("grade_id", "")
+
+
+def run_lost_lease(tmp_path: Path, owner: str, delay: float) -> str:
+    """Run 02's setup, answers and lost-lease cells, with `owner`'s writes slowed; return the
+    lost-lease cell's printed text, after checking that no cell raised."""
+    folder = tmp_path / "ch12"
+    shutil.copytree(SOLUTIONS, folder)
+    notebook = nbformat.read(folder / "02_fencing.ipynb", as_version=4)
+    wanted = {"assert_current", "observe", "finish", "lost_lease_helpers", "observe_lost_lease"}
+    cells = [c for c in notebook.cells if "setup" in c.metadata.get("tags", []) or grade_id(c) in wanted]
+    slowed = nbformat.v4.new_code_cell(SLOW_OBSERVE.format(owner=owner, delay=delay))
+    at = [grade_id(c) for c in cells].index("observe") + 1
+    notebook.cells = cells[:at] + [slowed] + cells[at:]
+    NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    outputs = [o for c in notebook.cells for o in c.get("outputs", [])]
+    errors = [f"{o.ename}: {o.evalue}" for o in outputs if o.output_type == "error"]
+    assert errors == []
+    return "".join(o.get("text", "") for o in notebook.cells[-1].outputs if o.output_type == "stream")
+
+
+def test_a_slow_replacement_still_finishes_and_the_first_worker_is_refused(tmp_path):
+    # Five writes of 0.3 s: 1.5 s, more than the one-second lease the replacement used to get.
+    printed = run_lost_lease(tmp_path, "replacement", 0.3)
+    assert "First worker stopped by PermissionError" in printed, printed
+    assert "Replacement: BLOCKED at generation 2" in printed, printed
+    assert "Transcript rows by generation: {1: 2, 2: 5}" in printed, printed  # the late reply left none
+
+
+def test_a_slow_first_worker_is_refused_in_its_first_turn_and_the_cell_says_so(tmp_path):
+    printed = run_lost_lease(tmp_path, "first-worker", 1.2)
+    assert "First worker stopped by PermissionError" in printed, printed
+    assert "No replacement ran: the first worker's lease ran out before its second model call" in printed, printed
+    assert "Model calls by generation:     {1: 1}" in printed, printed
