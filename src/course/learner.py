@@ -344,7 +344,9 @@ def _innermost_stub(error: BaseException, default: str) -> str:
     traceback = error.__traceback__
     while traceback is not None:
         code = traceback.tb_frame.f_code
-        if code.co_filename.startswith("<0") and code.co_name in graded:
+        # Cells are compiled as "<01_claims.ipynb, cell 'claim'>": a frame of the learner's own code.
+        notebook = code.co_filename[1:].split(",", 1)[0] if code.co_filename.startswith("<") else ""
+        if notebook in GRADED_CELLS and code.co_name in graded:
             found = code.co_name
         traceback = traceback.tb_next
     return found
