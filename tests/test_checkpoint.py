@@ -424,3 +424,22 @@ def case_versions(folder: Path) -> list:
     from course.learner import load_implementation
 
     return load_implementation(folder).versions
+
+
+def test_a_stub_reached_through_another_graded_function_is_the_one_named():
+    from course.learner import _innermost_stub
+
+    namespace: dict = {}
+    exec(compile("def assert_current(connection, work, now=None):\n    raise NotImplementedError()\n",
+                 "<02_fencing.ipynb, cell 'assert_current'>", "exec"), namespace)
+    exec(compile("def observe(db, work, message):\n    assert_current(None, work)\n",
+                 "<02_fencing.ipynb, cell 'observe'>", "exec"), namespace)
+    exec(compile("def assert_current_elsewhere():\n    raise NotImplementedError()\n", "<scratch>", "exec"), namespace)
+    try:
+        namespace["observe"](None, None, {})
+    except NotImplementedError as error:
+        assert _innermost_stub(error, "observe") == "assert_current"
+    try:
+        namespace["assert_current_elsewhere"]()
+    except NotImplementedError as error:
+        assert _innermost_stub(error, "observe") == "observe"  # not the learner's graded code: the default
