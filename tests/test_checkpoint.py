@@ -435,11 +435,9 @@ def test_a_stub_reached_through_another_graded_function_is_the_one_named():
     exec(compile("def observe(db, work, message):\n    assert_current(None, work)\n",
                  "<02_fencing.ipynb, cell 'observe'>", "exec"), namespace)
     exec(compile("def assert_current_elsewhere():\n    raise NotImplementedError()\n", "<scratch>", "exec"), namespace)
-    try:
+    with pytest.raises(NotImplementedError) as through_observe:
         namespace["observe"](None, None, {})
-    except NotImplementedError as error:
-        assert _innermost_stub(error, "observe") == "assert_current"
-    try:
+    assert _innermost_stub(through_observe.value, "observe") == "assert_current"
+    with pytest.raises(NotImplementedError) as elsewhere:
         namespace["assert_current_elsewhere"]()
-    except NotImplementedError as error:
-        assert _innermost_stub(error, "observe") == "observe"  # not the learner's graded code: the default
+    assert _innermost_stub(elsewhere.value, "observe") == "observe"  # not the learner's graded code: the default
