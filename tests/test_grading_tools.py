@@ -164,18 +164,19 @@ def test_no_child_of_a_submission_survives_grading(course):
 
 def test_failure_in_one_notebook_keeps_the_others(monkeypatch):
     """With several notebooks, a crash is retried notebook by notebook and pinned on its own."""
+    from course.grading import unit
+
     calls = []
 
-    def fake_nbgrader(root, *args, check=True, sandbox=True):
-        calls.append(args)
-        crashed = "--notebook" not in args or "02_fencing" in args
-        log = "nbclient.exceptions.DeadKernelError: Kernel died" if crashed else ""
-        return subprocess.CompletedProcess(args, int(crashed), "", log)
+    def fake_convert(root, assignment, student, notebook):
+        calls.append(notebook)
+        crashed = notebook in ("*", "02_fencing")
+        return commands.failure_reason("nbclient.exceptions.DeadKernelError: Kernel died") if crashed else None
 
-    monkeypatch.setattr(commands, "run_nbgrader", fake_nbgrader)
-    failures = commands._grade_student(Path("."), "s", ["01_claims", "02_fencing"], [], False)
-    assert failures == {"02_fencing": commands._failure_reason("DeadKernelError")}
-    assert [a[-2:] for a in calls[1:]] == [("01_claims", "--force"), ("02_fencing", "--force")]
+    monkeypatch.setattr(unit, "_convert", fake_convert)
+    failures = unit._autograde(Path("."), "ch12", "s", ["01_claims", "02_fencing"])
+    assert failures == {"02_fencing": commands.failure_reason("DeadKernelError")}
+    assert calls == ["*", "01_claims", "02_fencing"]
 
 
 def test_hide_hidden_tests_keeps_only_the_message():
