@@ -42,8 +42,9 @@ autograde: $(STAMP)
 feedback: $(STAMP)
 	$(BIN)/course feedback $(DB_OPTION)
 
+GRADES ?= grades.csv
 grades: $(STAMP)
-	$(BIN)/course grades $(DB_OPTION)
+	$(BIN)/course grades --output '$(GRADES)' $(DB_OPTION)
 
 checkpoint: $(STAMP)
 	$(BIN)/python checkpoints/ch12_worker_recovery_checkpoint.py --evidence

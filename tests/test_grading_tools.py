@@ -236,3 +236,44 @@ def test_without_bubblewrap_grading_refuses_and_says_how_to_enable_it(tmp_path):
     assert done.returncode != 0
     assert "apt-get install bubblewrap" in done.stderr and "--no-sandbox" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def gradebook_rows(path):
+    """Every row of the tables autograde writes, for "changed nothing" comparisons."""
+    import sqlite3
+
+    tables = ("student", "submitted_assignment", "submitted_notebook", "grade", "comment")
+    with sqlite3.connect(path) as db:
+        return {table: sorted(map(repr, db.execute(f"SELECT * FROM {table}"))) for table in tables}
+
+
+@pytest.mark.slow
+def test_recording_a_result_again_changes_nothing(course, tmp_path):
+    """The unit's plain result, recorded twice by the coordinator: the second time is a no-op."""
+    import shutil
+
+    from course.grading import coordinator, unit
+
+    root, _, _ = course
+    url = f"sqlite:///{root / 'gradebook.db'}"
+    outcome = unit.grade(coordinator.definition(root, url, commands.ASSIGNMENT),
+                         coordinator.submission(root / "submitted" / "partial" / commands.ASSIGNMENT, "partial"))
+    assert (outcome["score"], outcome["max_score"]) == (1, 4)
+    assert outcome["notebooks"]["toy"]["grades"]["hidden"]["auto_score"] == 0
+    assert MARKER not in outcome["autograded"]["toy.ipynb"].decode()
+    copy = tmp_path / "course"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("autograded", "feedback"))
+    copy_url = f"sqlite:///{copy / 'gradebook.db'}"
+    before = gradebook_rows(copy / "gradebook.db")
+    coordinator.record(copy_url, outcome, copy)
+    once = gradebook_rows(copy / "gradebook.db")
+    assert once == before, "the fixture recorded the same result: recording it again must change nothing"
+    coordinator.record(copy_url, outcome, copy)
+    assert gradebook_rows(copy / "gradebook.db") == once
+    assert (copy / "autograded/partial/ch12/toy.ipynb").read_bytes() == outcome["autograded"]["toy.ipynb"]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(copy_url) as gb:
+        assert [s.id for s in gb.students] == sorted(STUDENTS)
+        assert len(gb.find_assignment(commands.ASSIGNMENT).submissions) == len(STUDENTS)
+        assert gb.find_submission(commands.ASSIGNMENT, "partial").score == 1
