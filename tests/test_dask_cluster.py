@@ -61,7 +61,7 @@ def test_a_worker_killed_mid_class_loses_no_student_and_records_none_twice(tmp_p
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch), "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
     scheduler_file = tmp_path / "scheduler.json"
-    processes = []
+    processes, clients = [], []
     try:
         processes.append(start([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                                 "--scheduler-file", str(scheduler_file)], tmp_path / "scheduler.log", env))
@@ -70,9 +70,10 @@ def test_a_worker_killed_mid_class_loses_no_student_and_records_none_twice(tmp_p
                                     "--no-nanny", "--name", name, "--host", "127.0.0.1", "--no-dashboard",
                                     "--local-directory", str(tmp_path / name)], tmp_path / f"{name}.log", env))
         client = distributed.Client(scheduler_file=str(scheduler_file), timeout="30s")
+        clients.append(client)
         client.wait_for_workers(2, timeout=60)
         address = client.scheduler.address
-        pids = {worker["name"]: worker["pid"] for worker in client.scheduler_info()["workers"].values()}
+        pids = client.run(os.getpid)  # worker address -> the pid we started (no nanny in between)
 
         root = tmp_path / "course"
         root.mkdir()
@@ -86,8 +87,7 @@ def test_a_worker_killed_mid_class_loses_no_student_and_records_none_twice(tmp_p
         grading.start()
 
         def busy_worker():
-            busy = [info["name"] for address, info in client.scheduler_info()["workers"].items()
-                    if client.processing().get(address)]
+            busy = [worker for worker, tasks in client.processing().items() if tasks]
             return busy[0] if busy else None
 
         victim = wait_for("a worker to start grading", busy_worker)
@@ -95,8 +95,9 @@ def test_a_worker_killed_mid_class_loses_no_student_and_records_none_twice(tmp_p
         os.kill(pids[victim], signal.SIGKILL)
         grading.join(240)
         assert not grading.is_alive(), "grading did not finish after a worker died"
-        client.close()
     finally:
+        for client in clients:
+            client.close()
         for process in processes:
             stop(process)
     assert next(p for p in processes[1:] if p.pid == pids[victim]).returncode == -signal.SIGKILL

@@ -274,6 +274,6 @@ def test_recording_a_result_again_changes_nothing(course, tmp_path):
     from nbgrader.api import Gradebook
 
     with Gradebook(copy_url) as gb:
-        assert [s.id for s in gb.students] == sorted(STUDENTS)
+        assert sorted(s.id for s in gb.students) == sorted(STUDENTS)
         assert len(gb.find_assignment(commands.ASSIGNMENT).submissions) == len(STUDENTS)
         assert gb.find_submission(commands.ASSIGNMENT, "partial").score == 1
