@@ -261,6 +261,7 @@ def test_recording_a_result_again_changes_nothing(course, tmp_path):
     assert (outcome["score"], outcome["max_score"]) == (1, 4)
     assert outcome["notebooks"]["toy"]["grades"]["hidden"]["auto_score"] == 0
     assert MARKER not in outcome["autograded"]["toy.ipynb"].decode()
+    assert outcome["report"] == "Graded normally." and outcome["findings"]["tampering"] == 0
     copy = tmp_path / "course"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns("autograded", "feedback"))
     copy_url = f"sqlite:///{copy / 'gradebook.db'}"

@@ -125,14 +125,18 @@ def release() -> None:
               help="Students graded at once on this machine (default: the number of cores).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Grade on a Dask cluster instead (needs the [cluster] extra); results are recorded here.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="The course folder (holds nbgrader_config.py; default: this repository).")
 @DB_URL
-def autograde(submitted: Path | None, no_sandbox: bool, force: bool, jobs: int | None, scheduler: str | None) -> None:
+def autograde(submitted: Path | None, no_sandbox: bool, force: bool, jobs: int | None, scheduler: str | None,
+              root: Path | None) -> None:
     """Autograde every submission, each in its own sandbox; print and save (grading-report.csv) a report."""
     from course.grading import commands
     from course.grading.sandbox import SandboxUnavailable
 
     try:
-        commands.autograde(submitted, force=force, sandbox=not no_sandbox, jobs=jobs, scheduler=scheduler)
+        commands.autograde(submitted, force=force, sandbox=not no_sandbox, jobs=jobs, scheduler=scheduler,
+                           root=root or commands.REPO_ROOT)
     except (SandboxUnavailable, commands.NbgraderError, RuntimeError) as error:
         raise click.ClickException(str(error)) from None
 

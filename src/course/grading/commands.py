@@ -139,7 +139,7 @@ def autograde(submitted_dir=None, force=False, root=REPO_ROOT, sandbox=True, rep
     students = sorted(p.parent.name for p in submitted.glob(f"*/{ASSIGNMENT}") if p.is_dir())
     if not students:
         raise NbgraderError(f"no submissions found: expected {submitted}/<student>/{ASSIGNMENT}/*.ipynb")
-    if sandbox:
+    if sandbox and not scheduler:  # a cluster's workers check their own sandbox
         ensure_available()
     url = coordinator.db_url(root)
     _record_assignment(root, url)

@@ -107,6 +107,8 @@ def record(url: str, outcome: dict, root: Path) -> None:
                     if comment.name in graded["comments"]:
                         comment.auto_comment = graded["comments"][comment.name]
             gb.db.commit()
+    if not outcome["autograded"]:
+        return  # nbgrader wrote nothing: keep what an earlier grading left
     folder = Path(root) / "autograded" / student / assignment
     folder.parent.mkdir(parents=True, exist_ok=True)
     fresh = folder.parent / f".{assignment}-{uuid.uuid4().hex[:8]}"
@@ -114,7 +116,6 @@ def record(url: str, outcome: dict, root: Path) -> None:
         path = fresh / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    fresh.mkdir(exist_ok=True)
     shutil.rmtree(folder, ignore_errors=True)
     fresh.rename(folder)
 

@@ -4,7 +4,7 @@ Input: the assignment's definition (`Assignment`: the course's nbgrader_config.p
 notebooks and a gradebook holding only the assignment, hidden tests included) and one student's
 submitted files (`Submission`), all as bytes. Output (`grade`): a dict of plain values: per-cell
 scores and comments, the autograded notebooks as bytes, what grading saw (the integrity report's
-findings and reasons) and timings.
+findings, reasons and sentence) and the seconds it took.
 
 The unit needs the course package installed (and bubblewrap), nothing else: no shared file system
 and no access to the real gradebook. It builds a private scratch course in a temporary folder,
@@ -25,6 +25,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from pathlib import Path
 
 from course.grading import integrity_report as integrity
@@ -68,6 +69,7 @@ def grade(assignment: Assignment, submission: Submission, sandbox: bool = True) 
                                  for p in sorted(autograded.rglob("*")) if p.is_file()}
     outcome.update(student=submission.student, assignment=assignment.name, sandboxed=sandbox,
                    seconds=round(time.monotonic() - start, 1))
+    outcome["report"] = integrity.reason(SimpleNamespace(**outcome))  # the integrity report's sentence
     return outcome
 
 
