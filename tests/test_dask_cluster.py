@@ -92,6 +92,7 @@ def test_a_worker_killed_mid_class_loses_no_student_and_records_none_twice(tmp_p
 
         victim = wait_for("a worker to start grading", busy_worker)
         time.sleep(1.5)  # inside the student's grading: kernel and checkers are running
+        held = {str(key).split("-")[1] for key in client.processing()[victim]}  # keys: grade-<student>-<uuid>
         os.kill(pids[victim], signal.SIGKILL)
         grading.join(240)
         assert not grading.is_alive(), "grading did not finish after a worker died"
@@ -102,7 +103,9 @@ def test_a_worker_killed_mid_class_loses_no_student_and_records_none_twice(tmp_p
             stop(process)
     assert next(p for p in processes[1:] if p.pid == pids[victim]).returncode == -signal.SIGKILL
 
+    assert held, "the killed worker held a student"
     results = {r.student: r for r in finished["results"]}
+    assert {s: results[s].score for s in held} == {s: EXPECTED[s] for s in held}, "its students were graded elsewhere"
     assert {s: r.score for s, r in results.items()} == EXPECTED
     assert all(r.reasons == {} for r in results.values()), {s: r.reasons for s, r in results.items()}
     from nbgrader.api import Gradebook
