@@ -32,14 +32,19 @@ test: $(STAMP)
 release: $(STAMP)
 	$(BIN)/course release
 
+# JOBS=N students at once (default: one per core); DB_URL=postgresql://... for a gradebook on a server.
+JOBS ?=
+DB_URL ?=
+DB_OPTION = $(if $(DB_URL),--db-url '$(DB_URL)')
 autograde: $(STAMP)
-	$(BIN)/course autograde
+	$(BIN)/course autograde $(if $(JOBS),--jobs $(JOBS)) $(DB_OPTION)
 
 feedback: $(STAMP)
-	$(BIN)/course feedback
+	$(BIN)/course feedback $(DB_OPTION)
 
+GRADES ?= grades.csv
 grades: $(STAMP)
-	$(BIN)/course grades
+	$(BIN)/course grades --output '$(GRADES)' $(DB_OPTION)
 
 checkpoint: $(STAMP)
 	$(BIN)/python checkpoints/ch12_worker_recovery_checkpoint.py --evidence

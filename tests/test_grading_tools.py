@@ -164,18 +164,19 @@ def test_no_child_of_a_submission_survives_grading(course):
 
 def test_failure_in_one_notebook_keeps_the_others(monkeypatch):
     """With several notebooks, a crash is retried notebook by notebook and pinned on its own."""
+    from course.grading import unit
+
     calls = []
 
-    def fake_nbgrader(root, *args, check=True, sandbox=True):
-        calls.append(args)
-        crashed = "--notebook" not in args or "02_fencing" in args
-        log = "nbclient.exceptions.DeadKernelError: Kernel died" if crashed else ""
-        return subprocess.CompletedProcess(args, int(crashed), "", log)
+    def fake_convert(root, assignment, student, notebook):
+        calls.append(notebook)
+        crashed = notebook in ("*", "02_fencing")
+        return commands.failure_reason("nbclient.exceptions.DeadKernelError: Kernel died") if crashed else None
 
-    monkeypatch.setattr(commands, "run_nbgrader", fake_nbgrader)
-    failures = commands._grade_student(Path("."), "s", ["01_claims", "02_fencing"], [], False)
-    assert failures == {"02_fencing": commands._failure_reason("DeadKernelError")}
-    assert [a[-2:] for a in calls[1:]] == [("01_claims", "--force"), ("02_fencing", "--force")]
+    monkeypatch.setattr(unit, "_convert", fake_convert)
+    failures = unit._autograde(Path("."), "ch12", "s", ["01_claims", "02_fencing"])
+    assert failures == {"02_fencing": commands.failure_reason("DeadKernelError")}
+    assert calls == ["*", "01_claims", "02_fencing"]
 
 
 def test_hide_hidden_tests_keeps_only_the_message():
@@ -235,3 +236,45 @@ def test_without_bubblewrap_grading_refuses_and_says_how_to_enable_it(tmp_path):
     assert done.returncode != 0
     assert "apt-get install bubblewrap" in done.stderr and "--no-sandbox" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def gradebook_rows(path):
+    """Every row of the tables autograde writes, for "changed nothing" comparisons."""
+    import sqlite3
+
+    tables = ("student", "submitted_assignment", "submitted_notebook", "grade", "comment")
+    with sqlite3.connect(path) as db:
+        return {table: sorted(map(repr, db.execute(f"SELECT * FROM {table}"))) for table in tables}
+
+
+@pytest.mark.slow
+def test_recording_a_result_again_changes_nothing(course, tmp_path):
+    """The unit's plain result, recorded twice by the coordinator: the second time is a no-op."""
+    import shutil
+
+    from course.grading import coordinator, unit
+
+    root, _, _ = course
+    url = f"sqlite:///{root / 'gradebook.db'}"
+    outcome = unit.grade(coordinator.definition(root, url, commands.ASSIGNMENT),
+                         coordinator.submission(root / "submitted" / "partial" / commands.ASSIGNMENT, "partial"))
+    assert (outcome["score"], outcome["max_score"]) == (1, 4)
+    assert outcome["notebooks"]["toy"]["grades"]["hidden"]["auto_score"] == 0
+    assert MARKER not in outcome["autograded"]["toy.ipynb"].decode()
+    assert outcome["report"] == "Graded normally." and outcome["findings"]["tampering"] == 0
+    copy = tmp_path / "course"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("autograded", "feedback"))
+    copy_url = f"sqlite:///{copy / 'gradebook.db'}"
+    before = gradebook_rows(copy / "gradebook.db")
+    coordinator.record(copy_url, outcome, copy)
+    once = gradebook_rows(copy / "gradebook.db")
+    assert once == before, "the fixture recorded the same result: recording it again must change nothing"
+    coordinator.record(copy_url, outcome, copy)
+    assert gradebook_rows(copy / "gradebook.db") == once
+    assert (copy / "autograded/partial/ch12/toy.ipynb").read_bytes() == outcome["autograded"]["toy.ipynb"]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(copy_url) as gb:
+        assert sorted(s.id for s in gb.students) == sorted(STUDENTS)
+        assert len(gb.find_assignment(commands.ASSIGNMENT).submissions) == len(STUDENTS)
+        assert gb.find_submission(commands.ASSIGNMENT, "partial").score == 1

@@ -414,3 +414,22 @@ def test_gradebook_that_was_changed_is_refused(graded, tmp_path):
     with Gradebook(f"sqlite:///{copy / 'gradebook.db'}") as gb:
         kept = {g.name: g.score for nb in gb.find_submission("ch12", "complete").notebooks for g in nb.grades}
     assert kept["test_claim_race"] == 3, "the refused run must not have recorded anything"
+
+
+def test_parallel_grading_gives_exactly_the_scores_of_serial_grading(graded, tmp_path):
+    """The class above was graded in parallel (one grading unit per student, recorded by the
+    coordinator). Honest, partial and hostile students graded one after another by plain
+    `nbgrader autograde` (one process, nbgrader's own recording) into a fresh gradebook score the same."""
+    root, _, _, _ = graded
+    chosen = ["cheat_hooks", "complete", "racy", "untouched"]
+    copy = tmp_path / "course"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(
+        "autograded", "feedback", "submitted", "gradebook.db", "grades.csv"))
+    for student in chosen:
+        shutil.copytree(root / "submitted" / student, copy / "submitted" / student)
+    commands.run_nbgrader(copy, "generate_assignment", "ch12", "--force", f"--CourseDirectory.release_directory={tmp_path / 'r'}")
+    commands.run_nbgrader(copy, "autograde", "ch12")
+    serial, parallel = scores(copy), scores(root)
+    assert sorted(serial) == chosen, "the fresh gradebook holds the serially graded students only"
+    assert serial == {s: parallel[s] for s in chosen}
+    assert sum(serial["complete"].values()) == 16 and sum(serial["racy"].values()) == 13

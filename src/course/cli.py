@@ -87,6 +87,22 @@ def status(database: Path, supplier_ready: Path | None, as_json: bool) -> None:
     click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else format_report(report))
 
 
+def _use_gradebook(context, parameter, url):
+    """--db-url: every nbgrader step of this command (and nbgrader_config.py) uses that gradebook."""
+    if url:
+        import os
+
+        from course.grading.coordinator import DB_URL_VARIABLE
+
+        os.environ[DB_URL_VARIABLE] = url
+    return url
+
+
+DB_URL = click.option(
+    "--db-url", default=None, expose_value=False, callback=_use_gradebook, envvar="COURSE_DB_URL",
+    help="The gradebook's SQLAlchemy URL, e.g. postgresql://user@host/grades (default: gradebook.db here).")
+
+
 @main.command()
 def release() -> None:
     """Generate the learner release (notebooks/ch12) from the solutions, outputs stripped."""
@@ -104,18 +120,28 @@ def release() -> None:
 @click.option("--no-sandbox", is_flag=True,
               help="Grade without isolating learner code (bubblewrap). Every report line will say UNSANDBOXED.")
 @click.option("--force", is_flag=True, help="Regrade submissions that were graded before.")
-def autograde(submitted: Path | None, no_sandbox: bool, force: bool) -> None:
+@click.option("--jobs", type=click.IntRange(1), default=None,
+              help="Students graded at once on this machine (default: the number of cores).")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="Grade on a Dask cluster instead (needs the [cluster] extra); results are recorded here.")
+@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="The course folder (holds nbgrader_config.py; default: this repository).")
+@DB_URL
+def autograde(submitted: Path | None, no_sandbox: bool, force: bool, jobs: int | None, scheduler: str | None,
+              root: Path | None) -> None:
     """Autograde every submission, each in its own sandbox; print and save (grading-report.csv) a report."""
     from course.grading import commands
     from course.grading.sandbox import SandboxUnavailable
 
     try:
-        commands.autograde(submitted, force=force, sandbox=not no_sandbox)
-    except (SandboxUnavailable, commands.NbgraderError) as error:
+        commands.autograde(submitted, force=force, sandbox=not no_sandbox, jobs=jobs, scheduler=scheduler,
+                           root=root or commands.REPO_ROOT)
+    except (SandboxUnavailable, commands.NbgraderError, RuntimeError) as error:
         raise click.ClickException(str(error)) from None
 
 
 @main.command()
+@DB_URL
 def feedback() -> None:
     """Feedback HTML for every student, with hidden tests removed."""
     from course.grading import commands
@@ -129,6 +155,7 @@ def feedback() -> None:
 @main.command()
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("grades.csv"),
               show_default=True)
+@DB_URL
 def grades(output: Path) -> None:
     """Export the gradebook as CSV."""
     from course.grading import commands

@@ -1,18 +1,18 @@
 """Instructor commands: release, autograde, feedback, export grades.
 
-Each runs `nbgrader` as a subprocess in the course root (where nbgrader_config.py lives), under
-course.grading.reaper so nothing a submission starts survives its grading.
+Release, feedback and export run `nbgrader` as a subprocess in the course root (where
+nbgrader_config.py lives), under course.grading.reaper so nothing a submission starts survives.
+Autograde hands each student to a grading unit (course.grading.unit) in a worker process and
+records the outcomes itself (course.grading.coordinator).
 """
 
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,12 +54,17 @@ def run_nbgrader(root, *args, check=True, sandbox=True):
     """
     env = dict(os.environ)
     env[NO_SANDBOX_VARIABLE] = "" if sandbox else "1"
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PATH"] = venv_path(env.get("PATH", ""))
     cmd = [sys.executable, "-m", "course.grading.reaper", sys.executable, "-m", "nbgrader", *args]
     proc = subprocess.run(cmd, check=False, cwd=root, env=env, capture_output=True, text=True)
     if check and proc.returncode:
         raise NbgraderError(f"nbgrader {args[0]} failed: {cause(proc.stderr)}")
     return proc
+
+
+def venv_path(path: str) -> str:
+    """PATH with this environment's bin first: nbgrader runs `alembic` by name when it creates a gradebook."""
+    return os.pathsep.join([str(Path(sys.executable).parent), path])
 
 
 def cause(log: str) -> str:
@@ -114,40 +119,88 @@ def export_grades(path="grades.csv", root=REPO_ROOT):
     return path
 
 
-def autograde(submitted_dir=None, force=False, root=REPO_ROOT, sandbox=True, report="grading-report.csv"):
-    """Autograde every student in submitted/ (or `submitted_dir`), one at a time.
+def autograde(submitted_dir=None, force=False, root=REPO_ROOT, sandbox=True, report="grading-report.csv", jobs=None,
+              scheduler=None, progress=True):
+    """Autograde every student in submitted/ (or `submitted_dir`), `jobs` at a time.
 
-    Each student is graded from a scratch copy of their folder, learner code runs in that
-    student's sandbox (course.grading.sandbox), and the gradebook must still match the release
-    before anything is recorded. Returns a StudentResult per student, prints one report line per
-    student and writes them to `report` (CSV, relative to `root`). `force` regrades submissions
-    nbgrader has graded before. `sandbox=False` grades without isolation: every line says so.
+    Each student is one grading unit (course.grading.unit): graded from a copy of their folder,
+    learner code in that student's sandbox, by a worker process that imported nbgrader once (or by
+    a Dask cluster's workers, `scheduler`). This process alone records the results, one student at
+    a time as they arrive, each after checking that the gradebook still matches the release. A
+    progress bar counts the students done, failing and left. Returns a StudentResult per student,
+    prints the summary read back from the gradebook and writes it to `report` (CSV, relative to
+    `root`). Without `force`, students with an autograded folder are skipped. `sandbox=False`
+    grades without isolation: every line says so.
     """
+    from course.grading import coordinator
+
     root = Path(root).resolve()
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
     students = sorted(p.parent.name for p in submitted.glob(f"*/{ASSIGNMENT}") if p.is_dir())
     if not students:
         raise NbgraderError(f"no submissions found: expected {submitted}/<student>/{ASSIGNMENT}/*.ipynb")
-    if sandbox:
+    if sandbox and not scheduler:  # a cluster's workers check their own sandbox
         ensure_available()
-    _record_assignment(root)
+    url = coordinator.db_url(root)
+    _record_assignment(root, url)
     check_gradebook(root)
+    if not force:
+        students = [s for s in students if not (root / "autograded" / s / ASSIGNMENT).exists()]
+    assignment = coordinator.definition(root, url, ASSIGNMENT)
+    submissions = [coordinator.submission(submitted / s / ASSIGNMENT, s) for s in students]
+    workers = coordinator.DaskWorkers(scheduler) if scheduler else coordinator.LocalWorkers(jobs or os.cpu_count() or 1)
     results = []
-    for student in students:
-        start = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="ch12-submitted-") as scratch:
-            shutil.copytree(submitted / student, Path(scratch) / student, symlinks=False)
-            options = [f"--CourseDirectory.submitted_directory={scratch}"]
-            notebooks = sorted(p.stem for p in (Path(scratch) / student / ASSIGNMENT).glob("*.ipynb"))
-            failures = _grade_student(root, student, notebooks, options, force, sandbox)
-        result = _read_result(root, student, failures)
-        result.findings = integrity.findings(root / "autograded" / student / ASSIGNMENT)
-        result.sandboxed = sandbox
-        result.seconds = round(time.monotonic() - start, 1)
-        results.append(result)
+    with _progress(len(submissions), progress) as bar:
+        try:
+            for student, outcome in workers.grade(assignment, submissions, sandbox):
+                if isinstance(outcome, BaseException):
+                    result = StudentResult(student, 0.0, 0.0, {"*": f"not graded: {_one_line(outcome)}"},
+                                           sandboxed=sandbox)
+                else:
+                    check_gradebook(root)  # before anything is recorded
+                    coordinator.record(url, outcome, root)
+                    result = StudentResult(student, outcome["score"], outcome["max_score"], outcome["reasons"],
+                                           outcome["seconds"], outcome["findings"], outcome["sandboxed"])
+                results.append(result)
+                bar.update(1)
+                failing = sum(1 for r in results if r.reasons)  # not graded, or a notebook that did not finish
+                bar.set_postfix(failing=failing, left=len(submissions) - len(results), refresh=False)
+        finally:
+            workers.close()
+    results = _read_back(url, sorted(results, key=lambda r: r.student))
     lines = integrity.report_lines(results)
     print("\n".join(lines))
     integrity.write_report(root / report, results)
+    return results
+
+
+@contextmanager
+def _progress(total, shown):
+    """Students done, failing and left, with an ETA (tqdm, on stderr)."""
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit="student", desc="autograde", disable=not shown, dynamic_ncols=True) as bar:
+        bar.set_postfix(failing=0, left=total)
+        yield bar
+
+
+def _one_line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
+
+
+def _read_back(url, results):
+    """Each student's score and maximum as the gradebook now holds them."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(url) as gb:
+        maximum = gb.find_assignment(ASSIGNMENT).max_score
+        for result in results:
+            try:
+                submission = gb.find_submission(ASSIGNMENT, result.student)
+                result.score, result.max_score = submission.score, submission.max_score
+            except MissingEntry:
+                result.score, result.max_score = 0.0, maximum
     return results
 
 
@@ -157,8 +210,10 @@ def check_gradebook(root):
 
     from course.grading.protect import gradebook_problems
 
+    from course.grading.coordinator import db_url
+
     release = root / "notebooks" / ASSIGNMENT
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+    with Gradebook(db_url(root)) as gb:
         problems = [
             problem
             for path in sorted(release.glob("*.ipynb"))
@@ -170,43 +225,32 @@ def check_gradebook(root):
             f"was recorded. Re-create it with `nbgrader generate_assignment {ASSIGNMENT} --force` and grade again.")
 
 
-def _record_assignment(root):
+def _record_assignment(root, url):
     """Make sure the gradebook holds the assignment's source cells and hidden tests.
 
     Autograde restores locked cells from the gradebook, which `generate_assignment` fills. On a
-    fresh clone (gradebook.db is not committed) run it into a scratch folder, so the committed
-    release in notebooks/ is left exactly as it is.
+    fresh clone (gradebook.db is not committed) or a new database, run it into a scratch folder,
+    so the committed release in notebooks/ is left exactly as it is.
     """
     gradebook = root / "gradebook.db"
-    if gradebook.exists():  # plain sqlite3: opening a Gradebook would create it in this process
+    if url.startswith("sqlite") and gradebook.exists():  # plain sqlite3: a Gradebook would create the file
         with closing(sqlite3.connect(gradebook)) as db:
             if db.execute("SELECT 1 FROM assignment WHERE name=?", (ASSIGNMENT,)).fetchone():
                 return
+    elif not url.startswith("sqlite"):
+        from nbgrader.api import Gradebook, MissingEntry
+
+        with Gradebook(url) as gb:
+            try:
+                gb.find_assignment(ASSIGNMENT)
+                return
+            except MissingEntry:
+                pass
     with tempfile.TemporaryDirectory(prefix="ch12-release-") as scratch:
         run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", f"--CourseDirectory.release_directory={scratch}")
 
 
-def _grade_student(root, student, notebooks, options, force, sandbox=True):
-    """Autograde one student; return {notebook: why nbgrader could not grade it}.
-
-    On a failure nbgrader deletes the student's whole autograded folder and skips the remaining
-    notebooks, so grade notebook by notebook to keep the rest and pin the failure down.
-    """
-    args = ["autograde", ASSIGNMENT, "--student", student, *options]
-    proc = run_nbgrader(root, *args, *(["--force"] if force else []), check=False, sandbox=sandbox)
-    if proc.returncode == 0:
-        return {}
-    if len(notebooks) <= 1:  # nothing else to save: the failure is that notebook's (or all)
-        return {name: _failure_reason(proc.stderr) for name in notebooks or ["*"]}
-    failures = {}
-    for notebook in notebooks:
-        proc = run_nbgrader(root, *args, "--notebook", notebook, "--force", check=False, sandbox=sandbox)
-        if proc.returncode:
-            failures[notebook] = _failure_reason(proc.stderr)
-    return failures
-
-
-def _failure_reason(log):
+def failure_reason(log):
     """Why nbgrader gave up, in words an instructor can pass on."""
     if "DeadKernelError" in log:
         return "the kernel died (killed or crashed) while running this notebook"
@@ -219,7 +263,7 @@ def _failure_reason(log):
     return errors[0].split("]", 1)[1].strip() if errors else "nbgrader failed"
 
 
-def _timeout_reason(path):
+def timeout_reason(path):
     """Why the kernel did not finish this notebook, as recorded in the autograded notebook, or None."""
     nb = nbformat.read(path, as_version=4)
     for index, cell in enumerate(nb.cells):
@@ -230,32 +274,3 @@ def _timeout_reason(path):
             if output.get("ename") == "CellTimeoutError" or "past the time limit" in str(output.get("evalue", "")):
                 return f"cell {label!r} ran past the time limit and was interrupted"
     return None
-
-
-def _read_result(root, student, failures):
-    """Score from the gradebook; zero (and explain) the parts of notebooks that did not finish."""
-    from nbgrader.api import Gradebook, MissingEntry  # several seconds to import: only here
-
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        try:
-            submission = gb.find_submission(ASSIGNMENT, student)
-        except MissingEntry:
-            max_score = gb.find_assignment(ASSIGNMENT).max_score
-            return StudentResult(student, 0.0, max_score, {"*": failures.get("*", "not graded")})
-        reasons = {}
-        for notebook in submission.notebooks:
-            autograded = root / "autograded" / student / ASSIGNMENT / f"{notebook.name}.ipynb"
-            why = failures.get(notebook.name)
-            if why is None and autograded.exists():
-                why = _timeout_reason(autograded)
-            if why is None:
-                continue
-            for grade in notebook.grades:
-                if grade.cell_type != "code":
-                    continue  # manually graded answers keep waiting for a grader
-                if grade.auto_score is None:  # nbgrader stopped before scoring it
-                    grade.auto_score, grade.needs_manual_grade = 0.0, False
-                if grade.score == 0:
-                    reasons[f"{notebook.name}/{grade.name}"] = why
-        gb.db.commit()
-        return StudentResult(student, submission.score, submission.max_score, reasons)

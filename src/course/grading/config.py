@@ -8,6 +8,7 @@ from nbgrader.preprocessors import (
     IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades,
 )
 
+from course.grading.coordinator import db_url
 from course.grading.feedback import HideHiddenTests
 from course.grading.protect import (
     DecideOutsideKernel, SandboxedExecute, StartChecks, StripHiddenTests, VerifyGradebook,
@@ -23,7 +24,7 @@ def configure(c, root):
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.source_directory = "solutions"
     c.CourseDirectory.release_directory = "notebooks"
-    c.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
+    c.CourseDirectory.db_url = db_url(root)  # gradebook.db here, or the server named by COURSE_DB_URL
     # Stray run artefacts must not reach the release (or the feedback folder); paired .py
     # files (jupytext) would carry the solutions.
     c.CourseDirectory.ignore = [

@@ -4,7 +4,9 @@ A graded submission may SIGKILL its kernel or start children in a new session; b
 nbgrader. This supervisor makes itself a child subreaper (Linux prctl), so every orphaned
 descendant re-parents to it, and kills and reaps them all once the command exits. It runs as its
 own process (`python -m course.grading.reaper CMD...`) so the caller (the CLI, pytest) never
-becomes a subreaper and none of the caller's own children are touched.
+becomes a subreaper and none of the caller's own children are touched. A grading worker
+(course.grading.unit.run: a pool process or a single-threaded Dask worker) does the same for
+itself after each student.
 """
 
 import ctypes
@@ -56,11 +58,16 @@ def kill_all_descendants(deadline_s=10.0):
     raise RuntimeError(f"descendants still alive after {deadline_s} s: {descendants(os.getpid())}")
 
 
-def main(argv):
-    """Run argv as a subprocess; return its exit code after killing what it left behind."""
+def become_subreaper():
+    """Orphaned descendants of this process re-parent to it (so kill_all_descendants finds them)."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def main(argv):
+    """Run argv as a subprocess; return its exit code after killing what it left behind."""
+    become_subreaper()
     # SIGTERM unwinds like Ctrl-C, so the cleanup below still runs.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:

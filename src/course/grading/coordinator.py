@@ -1,0 +1,183 @@
+"""The trusted side of class grading: hand out grading units, record what comes back.
+
+The coordinator (the instructor's `course autograde`) is the only process that touches the
+gradebook. It packs the assignment's definition once (`definition`), each student's submitted
+folder as bytes (`submission`), sends both to workers (`LocalWorkers`: a process pool on this
+machine; `DaskWorkers`: a Dask cluster) and records each outcome as it arrives (`record`), one
+student at a time, after checking that the gradebook still matches the release.
+
+Recording sets values, it never adds: a student's submission, notebooks and grades are keyed by
+(assignment, student, notebook, cell), so recording the same outcome again changes nothing and a
+student graded twice is never counted twice.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+from course.grading.unit import Assignment, Submission, run, warm_up
+
+DB_URL_VARIABLE = "COURSE_DB_URL"  # set by `course --db-url`; read by nbgrader_config (config.py)
+
+
+def db_url(root: Path) -> str:
+    """The gradebook's SQLAlchemy URL: COURSE_DB_URL when set, else gradebook.db in the course root."""
+    return normalize_db_url(os.environ.get(DB_URL_VARIABLE, "")) or f"sqlite:///{Path(root).resolve() / 'gradebook.db'}"
+
+
+def normalize_db_url(url: str) -> str:
+    """`postgresql://...` means the psycopg (3) driver, the one the `postgresql` extra installs."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def definition(root: Path, url: str, assignment: str) -> Assignment:
+    """The assignment as the unit needs it: config, release, and a gradebook holding only it."""
+    from nbgrader.api import Gradebook
+
+    from course.grading.commands import venv_path
+
+    os.environ["PATH"] = venv_path(os.environ.get("PATH", ""))  # for nbgrader's `alembic`, in this process
+    root = Path(root)
+    release = {p.name: p.read_bytes() for p in sorted((root / "notebooks" / assignment).glob("*.ipynb"))}
+    with tempfile.TemporaryDirectory(prefix="ch12-definition-") as scratch:
+        copy = Path(scratch) / "gradebook.db"
+        with Gradebook(url) as source:
+            found = source.find_assignment(assignment)
+            with Gradebook(f"sqlite:///{copy}", found.course_id) as target:
+                target.update_or_create_assignment(assignment, duedate=found.duedate)
+                for notebook in found.notebooks:
+                    target.update_or_create_notebook(notebook.name, assignment)
+                    for cell in notebook.grade_cells:
+                        target.update_or_create_grade_cell(cell.name, notebook.name, assignment,
+                                                           max_score=cell.max_score, cell_type=cell.cell_type)
+                    for cell in notebook.solution_cells:
+                        target.update_or_create_solution_cell(cell.name, notebook.name, assignment)
+                    for cell in notebook.task_cells:
+                        target.update_or_create_task_cell(cell.name, notebook.name, assignment,
+                                                          max_score=cell.max_score, cell_type=cell.cell_type)
+                    for cell in notebook.source_cells:
+                        target.update_or_create_source_cell(
+                            cell.name, notebook.name, assignment, cell_type=cell.cell_type, locked=cell.locked,
+                            source=cell.source, checksum=cell.checksum)
+        gradebook = copy.read_bytes()
+    return Assignment(assignment, (root / "nbgrader_config.py").read_bytes(), release, gradebook)
+
+
+def submission(folder: Path, student: str) -> Submission:
+    """A student's submitted folder as bytes; links are not followed (they could point anywhere)."""
+    files = {}
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_file() and not path.is_symlink() and ".ipynb_checkpoints" not in path.parts:
+            files[str(path.relative_to(folder))] = path.read_bytes()
+    return Submission(student, files)
+
+
+def record(url: str, outcome: dict, root: Path) -> None:
+    """Write one student's outcome into the gradebook and autograded/, replacing what was there.
+
+    Idempotent: every value is set, none is added to, so the same outcome recorded twice leaves
+    the gradebook as it was after the first time.
+    """
+    from nbgrader.api import Gradebook
+
+    student, assignment = outcome["student"], outcome["assignment"]
+    if outcome["notebooks"]:
+        with Gradebook(url) as gb:
+            gb.update_or_create_student(student)
+            stamp = {"timestamp": datetime.fromisoformat(outcome["timestamp"])} if outcome["timestamp"] else {}
+            gb.update_or_create_submission(assignment, student, **stamp)
+            for name, graded in outcome["notebooks"].items():
+                notebook = gb.find_submission_notebook(name, assignment, student)
+                notebook.late_submission_penalty = graded["late_submission_penalty"]
+                for grade in notebook.grades:
+                    if grade.name in graded["grades"]:
+                        grade.auto_score = graded["grades"][grade.name]["auto_score"]
+                        grade.needs_manual_grade = graded["grades"][grade.name]["needs_manual_grade"]
+                for comment in notebook.comments:
+                    if comment.name in graded["comments"]:
+                        comment.auto_comment = graded["comments"][comment.name]
+            gb.db.commit()
+    if not outcome["autograded"]:
+        return  # nbgrader wrote nothing: keep what an earlier grading left
+    folder = Path(root) / "autograded" / student / assignment
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fresh = folder.parent / f".{assignment}-{uuid.uuid4().hex[:8]}"
+    for relative, data in outcome["autograded"].items():
+        path = fresh / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    shutil.rmtree(folder, ignore_errors=True)
+    fresh.rename(folder)
+
+
+class LocalWorkers:
+    """`jobs` worker processes on this machine, each paying nbgrader's start-up once."""
+
+    def __init__(self, jobs: int) -> None:
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=warm_up)
+
+    def grade(self, assignment: Assignment, submissions: list[Submission], sandbox: bool) -> Iterator[tuple[str, dict | BaseException]]:
+        """(student, outcome or the error that stopped its grading), in the order they finish."""
+        futures = {self._pool.submit(run, assignment, s, sandbox): s.student for s in submissions}
+        for future in concurrent.futures.as_completed(futures):
+            error = future.exception()
+            yield futures[future], error if error is not None else future.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskWorkers:
+    """A Dask cluster's workers (`dask worker --nthreads 1`); results come back here to be recorded.
+
+    A task whose worker dies is rescheduled by the scheduler on another worker (how often: the
+    scheduler's `distributed.scheduler.allowed-failures`); a task that raises is retried once
+    (`retries=1`); after that the student is reported as not graded.
+    """
+
+    def __init__(self, address: str) -> None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise RuntimeError("--scheduler needs Dask: pip install -e '.[cluster]'") from None
+        self._client = Client(address, timeout="30s")
+
+    def grade(self, assignment: Assignment, submissions: list[Submission], sandbox: bool) -> Iterator[tuple[str, dict | BaseException]]:
+        from distributed import as_completed
+
+        shared = self._client.scatter(assignment, broadcast=True)
+        futures = {self._client.submit(run_on_dask_worker, shared, s, sandbox, key=f"grade-{s.student}-{uuid.uuid4().hex}",
+                                       pure=False, retries=1): s.student for s in submissions}
+        for future in as_completed(futures):
+            if future.status == "finished":
+                yield futures[future], future.result()
+            else:
+                yield futures[future], future.exception()
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def run_on_dask_worker(assignment: Assignment, submission: Submission, sandbox: bool) -> dict:
+    """`unit.run` on a Dask worker, which must grade one student at a time.
+
+    nbgrader changes the process's working folder while it grades, and the unit kills every
+    process left behind by the worker's previous student: both need the worker to itself.
+    """
+    from distributed import get_worker
+
+    threads = get_worker().state.nthreads
+    if threads != 1:
+        raise RuntimeError(f"this Dask worker runs {threads} tasks at once; start grading workers with --nthreads 1")
+    return run(assignment, submission, sandbox)

@@ -1,0 +1,203 @@
+"""The unit of class-scale grading: one student, graded in their sandbox, plain data in and out.
+
+Input: the assignment's definition (`Assignment`: the course's nbgrader_config.py, the release
+notebooks and a gradebook holding only the assignment, hidden tests included) and one student's
+submitted files (`Submission`), all as bytes. Output (`grade`): a dict of plain values: per-cell
+scores and comments, the autograded notebooks as bytes, what grading saw (the integrity report's
+findings, reasons and sentence) and the seconds it took.
+
+The unit needs the course package installed (and bubblewrap), nothing else: no shared file system
+and no access to the real gradebook. It builds a private scratch course in a temporary folder,
+runs nbgrader's Autograde converter in this process (the course's preprocessors: hidden tests
+stripped, kernel sandboxed, checks decided outside the kernel, gradebook verified), reads the
+scratch gradebook back and deletes the folder. Only the trusted coordinator
+(course.grading.record) writes results into the real gradebook.
+
+`run` is what a worker process calls (a local process pool or a Dask worker): nbgrader is
+imported once per worker, and after each student every process grading left behind is killed.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+from pathlib import Path
+
+from course.grading import integrity_report as integrity
+from course.grading import reaper
+from course.grading.sandbox import NO_SANDBOX_VARIABLE
+
+GRADEBOOK = "gradebook.db"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What every student is graded against; made by the coordinator (record.definition)."""
+
+    name: str
+    config: bytes  # the course's nbgrader_config.py
+    release: dict[str, bytes]  # notebook file name -> the released notebook
+    gradebook: bytes  # an SQLite gradebook holding this assignment only (no student data)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One student's submitted folder: relative path -> bytes (notebooks, timestamp.txt)."""
+
+    student: str
+    files: dict[str, bytes]
+
+
+def grade(assignment: Assignment, submission: Submission, sandbox: bool = True) -> dict:
+    """Autograde one student in a private scratch course; return the outcome as plain data."""
+    start = time.monotonic()
+    os.environ[NO_SANDBOX_VARIABLE] = "" if sandbox else "1"  # read by the preprocessors and checkers
+    with tempfile.TemporaryDirectory(prefix="ch12-unit-") as scratch:
+        root = Path(scratch)
+        _lay_out(root, assignment, submission)
+        notebooks = sorted(Path(name).stem for name in submission.files if name.endswith(".ipynb") and "/" not in name)
+        failures = _autograde(root, assignment.name, submission.student, notebooks)
+        outcome = _read_back(root, assignment.name, submission.student, failures)
+        autograded = root / "autograded" / submission.student / assignment.name
+        outcome["findings"] = integrity.findings(autograded)
+        outcome["autograded"] = {str(p.relative_to(autograded)): p.read_bytes()
+                                 for p in sorted(autograded.rglob("*")) if p.is_file()}
+    outcome.update(student=submission.student, assignment=assignment.name, sandboxed=sandbox,
+                   seconds=round(time.monotonic() - start, 1))
+    outcome["report"] = integrity.reason(SimpleNamespace(**outcome))  # the integrity report's sentence
+    return outcome
+
+
+def run(assignment: Assignment, submission: Submission, sandbox: bool = True) -> dict:
+    """`grade`, then kill every process it left behind (a worker grades one student at a time)."""
+    reaper.become_subreaper()
+    try:
+        return grade(assignment, submission, sandbox)
+    finally:
+        reaper.kill_all_descendants()
+
+
+def warm_up() -> None:
+    """Pay nbgrader's and Jupyter's import time once, when a worker starts."""
+    reaper.become_subreaper()
+    import nbgrader.converters  # noqa: F401
+    import nbgrader.preprocessors  # noqa: F401
+
+    import course.grading.protect  # noqa: F401
+
+
+def _lay_out(root: Path, assignment: Assignment, submission: Submission) -> None:
+    (root / "nbgrader_config.py").write_bytes(assignment.config)
+    (root / GRADEBOOK).write_bytes(assignment.gradebook)
+    release = root / "notebooks" / assignment.name
+    release.mkdir(parents=True)
+    for name, data in assignment.release.items():
+        (release / _safe(name)).write_bytes(data)
+    folder = root / "submitted" / submission.student / assignment.name
+    folder.mkdir(parents=True)
+    for name, data in submission.files.items():
+        path = folder / _safe(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def _safe(name: str) -> str:
+    """A relative path that stays inside its folder."""
+    parts = Path(name).parts
+    if not parts or Path(name).is_absolute() or ".." in parts:
+        raise ValueError(f"refusing file name {name!r}")
+    return name
+
+
+def _autograde(root: Path, assignment: str, student: str, notebooks: list[str]) -> dict[str, str]:
+    """Grade the whole submission; return {notebook: why nbgrader could not grade it}.
+
+    On a failure nbgrader deletes the student's autograded folder and skips the remaining
+    notebooks, so then grade notebook by notebook to keep the rest and pin the failure down.
+    """
+    error = _convert(root, assignment, student, "*")
+    if error is None:
+        return {}
+    if len(notebooks) <= 1:
+        return {name: error for name in notebooks or ["*"]}
+    failures = {}
+    for notebook in notebooks:
+        error = _convert(root, assignment, student, notebook)
+        if error is not None:
+            failures[notebook] = error
+    return failures
+
+
+def _convert(root: Path, assignment: str, student: str, notebook: str) -> str | None:
+    """nbgrader's Autograde converter, in this process; None, or why it failed."""
+    from nbgrader.converters import Autograde
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from course.grading.commands import failure_reason
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    config.CourseDirectory.root = str(root)
+    config.CourseDirectory.db_url = f"sqlite:///{root / GRADEBOOK}"  # the scratch copy, never the real one
+    config.CourseDirectory.assignment_id = assignment
+    config.CourseDirectory.student_id = student
+    config.CourseDirectory.notebook_id = notebook
+    coursedir = CourseDirectory(config=config)
+    converter = Autograde(coursedir=coursedir, config=config)
+    converter.force = True
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
+    handler.setFormatter(logging.Formatter("[Autograde | %(levelname)s] %(message)s"))
+    logger = converter.log
+    logger.addHandler(handler)
+    propagate, logger.propagate = logger.propagate, False
+    try:
+        converter.start()
+        return None
+    except Exception:  # nbgrader logged why (NbGraderException, or a preprocessor's error)
+        return failure_reason(log.getvalue())
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def _read_back(root: Path, assignment: str, student: str, failures: dict[str, str]) -> dict:
+    """Scores and comments from the scratch gradebook; the parts of unfinished notebooks zeroed."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from course.grading.commands import timeout_reason
+
+    with Gradebook(f"sqlite:///{root / GRADEBOOK}") as gb:
+        max_score = gb.find_assignment(assignment).max_score
+        try:
+            submission = gb.find_submission(assignment, student)
+        except MissingEntry:
+            return {"score": 0.0, "max_score": max_score, "timestamp": None, "notebooks": {},
+                    "reasons": {"*": failures.get("*", "not graded")}}
+        reasons, notebooks = {}, {}
+        for notebook in submission.notebooks:
+            autograded = root / "autograded" / student / assignment / f"{notebook.name}.ipynb"
+            why = failures.get(notebook.name)
+            if why is None and autograded.exists():
+                why = timeout_reason(autograded)
+            for grade in notebook.grades:
+                if why is not None and grade.cell_type == "code":  # manually graded answers keep waiting
+                    if grade.auto_score is None:  # nbgrader stopped before scoring it
+                        grade.auto_score, grade.needs_manual_grade = 0.0, False
+                    if grade.score == 0:
+                        reasons[f"{notebook.name}/{grade.name}"] = why
+            notebooks[notebook.name] = {
+                "late_submission_penalty": notebook.late_submission_penalty,
+                "grades": {g.name: {"auto_score": g.auto_score, "needs_manual_grade": g.needs_manual_grade}
+                           for g in notebook.grades},
+                "comments": {c.name: c.auto_comment for c in notebook.comments},
+            }
+        gb.db.commit()
+        return {"score": submission.score, "max_score": submission.max_score,
+                "timestamp": submission.timestamp.isoformat() if submission.timestamp else None,
+                "notebooks": notebooks, "reasons": reasons}

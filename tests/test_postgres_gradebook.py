@@ -1,0 +1,127 @@
+"""The gradebook on a real PostgreSQL server: `course autograde --db-url`, then `make grades`.
+
+The test runs `initdb` and `pg_ctl` into a temporary folder and serves on a free loopback port.
+PostgreSQL refuses to run as root, so under root (CI) the server runs as the `postgres` account
+(Debian's package creates it) or `nobody`. The server is stopped by pid whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from course.grading import commands
+from course.grading.coordinator import DB_URL_VARIABLE
+from test_grading_tools import build_course, submit
+
+pytest.importorskip("psycopg", reason="the postgresql extra is part of the test install")
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+CLASS = {"partial": ("def double(x):\n    return 2 * x if x < 10 else 0", 1), "solid": ("def double(x):\n    return 2 * x", 3)}
+
+
+def postgres_program(name: str) -> str:
+    """initdb / pg_ctl: on PATH, or in the folder Debian's pg_config names (they are not on PATH there)."""
+    found = shutil.which(name)
+    if found is None and shutil.which("pg_config"):
+        bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True).stdout.strip()
+        found = str(Path(bindir) / name) if (Path(bindir) / name).exists() else None
+    if found is None:
+        pytest.fail(f"{name} not found: install PostgreSQL (Debian: apt-get install postgresql; .ci/run does)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def as_server_user() -> list[str]:
+    """Commands run as this user, or (as root) as an unprivileged account PostgreSQL accepts."""
+    if os.geteuid() != 0:
+        return []
+    for account in ("postgres", "nobody"):
+        try:
+            pwd.getpwnam(account)
+            return ["runuser", "-u", account, "--"]
+        except KeyError:
+            continue
+    pytest.fail("running as root with neither a `postgres` nor a `nobody` account")
+
+
+@pytest.fixture
+def postgres():
+    """A PostgreSQL server of our own: (URL, data folder); stopped by pid afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="course-postgres-"))
+    data, port = folder / "data", free_port()
+    user = as_server_user()
+    if user:
+        shutil.chown(folder, user=user[2])
+    folder.chmod(0o700)
+    run = lambda *argv: subprocess.run([*user, *argv], check=True, capture_output=True, text=True, timeout=120)  # noqa: E731
+    pid = None
+    try:
+        run(postgres_program("initdb"), "-D", str(data), "-A", "trust", "-U", "grader", "--no-sync")
+        options = f"-h 127.0.0.1 -p {port} -k {folder} -F"
+        run(postgres_program("pg_ctl"), "-D", str(data), "-o", options, "-l", str(folder / "server.log"), "-w", "-t",
+            "60", "start")
+        pid = int((data / "postmaster.pid").read_text().split()[0])
+        yield f"postgresql://grader@127.0.0.1:{port}/postgres", data
+    finally:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)  # smart shutdown ends every backend
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+                time.sleep(0.1)
+            if Path(f"/proc/{pid}").exists():
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
+        assert pid is None or not Path(f"/proc/{pid}").exists(), "the PostgreSQL server is still running"
+
+
+def test_a_class_graded_into_postgresql_is_exported_by_make_grades(postgres, tmp_path, monkeypatch):
+    url, _ = postgres
+    root = tmp_path / "course"
+    root.mkdir()
+    build_course(root)
+    monkeypatch.setenv(DB_URL_VARIABLE, url)
+    commands.release(root=root)
+    for student, (solution, _) in CLASS.items():
+        submit(root, student, solution)
+    results = {r.student: r.score for r in commands.autograde(root=root, jobs=2, progress=False)}
+    assert results == {student: score for student, (_, score) in CLASS.items()}
+    assert not (root / "gradebook.db").exists(), "the gradebook must be the server's, not a local file"
+
+    from nbgrader.api import Gradebook
+
+    from course.grading.coordinator import normalize_db_url
+
+    with Gradebook(normalize_db_url(url)) as gb:  # read back from the server itself
+        held = {s.student.id: s.score for s in gb.find_assignment(commands.ASSIGNMENT).submissions}
+    assert held == results
+
+    exported = tmp_path / "grades.csv"
+    monkeypatch.delenv(DB_URL_VARIABLE)
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), "grades", f"DB_URL={url}", f"GRADES={exported}"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(exported.open()))
+    assert {row["student_id"]: float(row["score"]) for row in rows} == results
+    assert {float(row["max_score"]) for row in rows} == {4.0}
