@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -98,6 +100,15 @@ def _use_gradebook(context, parameter, url):
     return url
 
 
+@contextmanager
+def _one_sentence(*expected: type[BaseException]) -> Iterator[None]:
+    """An expected failure is told in its own sentence, not as a traceback whose tail hides the cause."""
+    try:
+        yield
+    except expected as error:
+        raise click.ClickException(str(error)) from None
+
+
 DB_URL = click.option(
     "--db-url", default=None, expose_value=False, callback=_use_gradebook, envvar="COURSE_DB_URL",
     help="The gradebook's SQLAlchemy URL, e.g. postgresql://user@host/grades (default: gradebook.db here).")
@@ -108,10 +119,8 @@ def release() -> None:
     """Generate the learner release (notebooks/ch12) from the solutions, outputs stripped."""
     from course.grading import commands
 
-    try:
+    with _one_sentence(commands.NbgraderError):
         commands.release()
-    except commands.NbgraderError as error:  # one sentence, not a traceback whose tail hides the cause
-        raise click.ClickException(str(error)) from None
 
 
 @main.command()
@@ -133,11 +142,9 @@ def autograde(submitted: Path | None, no_sandbox: bool, force: bool, jobs: int |
     from course.grading import commands
     from course.grading.sandbox import SandboxUnavailable
 
-    try:
+    with _one_sentence(SandboxUnavailable, commands.NbgraderError, RuntimeError):
         commands.autograde(submitted, force=force, sandbox=not no_sandbox, jobs=jobs, scheduler=scheduler,
                            root=root or commands.REPO_ROOT)
-    except (SandboxUnavailable, commands.NbgraderError, RuntimeError) as error:
-        raise click.ClickException(str(error)) from None
 
 
 @main.command()
@@ -146,10 +153,8 @@ def feedback() -> None:
     """Feedback HTML for every student, with hidden tests removed."""
     from course.grading import commands
 
-    try:
+    with _one_sentence(commands.NbgraderError):
         commands.feedback()
-    except commands.NbgraderError as error:  # one sentence, not a traceback whose tail hides the cause
-        raise click.ClickException(str(error)) from None
 
 
 @main.command()
@@ -160,10 +165,8 @@ def grades(output: Path) -> None:
     """Export the gradebook as CSV."""
     from course.grading import commands
 
-    try:
+    with _one_sentence(commands.NbgraderError):
         commands.export_grades(output)
-    except commands.NbgraderError as error:  # one sentence, not a traceback whose tail hides the cause
-        raise click.ClickException(str(error)) from None
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
