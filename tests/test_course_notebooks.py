@@ -20,6 +20,7 @@ import nbformat
 import pytest
 
 from course.grading import commands
+from course.grading.protect import decided_outside, observation
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
@@ -119,7 +120,11 @@ def test_autograde_gives_solutions_full_marks_and_the_untouched_release_zero(cou
             for notebook, part, score, maximum in graded:
                 expected = maximum if expect_full else 0
                 assert score == expected, f"{student}: {notebook}/{part} scored {score}, expected {expected}"
-    for name in NAMES:  # the untouched release ran every cell: the last cell has been executed
+    for name in NAMES:  # the untouched release ran to the end: its last kernel cell has been executed
         autograded = nbformat.read(course / "autograded" / "untouched" / "ch12" / name, as_version=4)
         code = [cell for cell in autograded.cells if cell.cell_type == "code"]
-        assert code[-1].execution_count is not None, f"{name}: the untouched release stopped before its last cell"
+        # graded tests are decided by their checkers, observations are not re-run: neither runs in the kernel
+        run = [cell for cell in code if not (decided_outside(cell) or observation(cell))]
+        assert run[-1].execution_count is not None, f"{name}: the untouched release stopped before its last cell"
+        assert all(cell.execution_count is None for cell in code if decided_outside(cell) or observation(cell)), (
+            f"{name}: a graded test or an observation ran in the learner's kernel at grading")

@@ -96,7 +96,7 @@ def _load_course(cells: list[dict[str, Any]], namespace: dict[str, Any]) -> dict
     """Run the course's cells (setup whole, others' definitions); return the names they bound."""
     course_names: set[str] = set()
     for cell in cells:
-        source = cell["source"] if cell["whole"] else definitions_only(cell["source"])
+        source = cell["source"] if cell["whole"] else definitions_only(cell["source"], drawing=False)
         course_names |= bound_names(source)
         exec(compile(source, f"<course cell {cell['label']}>", "exec"), namespace)
     import importlib

@@ -89,18 +89,39 @@ def build_job(notebook: str, check: CourseCell, cells: list[CourseCell], submiss
             "expect_calls": straight_line_calls(check.source, "expect")}
 
 
+# Checkers running at once in one grading process (one student at a time): more than the cores,
+# since many checks spend their time waiting (a real lease running out, a supplier holding its
+# answer), not computing; each checker is bounded by its own cgroup.
+CHECKS_AT_ONCE = 4
+_checkers: list[ThreadPoolExecutor] = []  # one pool per process, made on first use
+
+
+def _pool() -> ThreadPoolExecutor:
+    if not _checkers:
+        _checkers.append(ThreadPoolExecutor(max_workers=CHECKS_AT_ONCE, thread_name_prefix="check"))
+    return _checkers[0]
+
+
 class PendingChecks:
-    """Checker processes running in the background; `results()` waits for all of them."""
+    """Checker processes running (or queued) in the background; `results()` waits for all of them."""
 
     def __init__(self, jobs: list[dict], submitted: Path, release: Path, timeout: float) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="check")
-        self._futures = {job["cell"]: self._pool.submit(run_check, job, submitted, release, timeout) for job in jobs}
+        self._futures = {job["cell"]: _pool().submit(run_check, job, submitted, release, timeout) for job in jobs}
 
     def results(self) -> dict[str, dict]:
-        try:
-            return {cell: future.result() for cell, future in self._futures.items()}
-        finally:
-            self._pool.shutdown(wait=True)
+        return {cell: future.result() for cell, future in self._futures.items()}
+
+
+def notebook_checks(notebook: str, release: Path, sources: dict[str, str], submission_cells: list[dict],
+                    submitted: Path, timeout: float) -> tuple[PendingChecks, dict[str, str]]:
+    """Start every check of one notebook: (the pending checks, {grade_id: the check's full source}).
+
+    `sources` are the gradebook's cell sources (hidden tests included); only the learner's own
+    cells are taken from `submission_cells`."""
+    cells = course_cells(json.loads((release / f"{notebook}.ipynb").read_text()), sources)
+    checks = autograded(cells)
+    built = [build_job(notebook, check, cells, submission_cells) for check in checks]
+    return start_checks(built, submitted, release, timeout), {c.grade_id: c.source for c in checks}
 
 
 def start_checks(jobs: list[dict], submitted: Path, release: Path, timeout: float) -> PendingChecks:

@@ -70,8 +70,27 @@ class StripHiddenTests(NbGraderPreprocessor):
         return cell, resources
 
 
+OBSERVATION_NOT_RERUN = ("[not re-run at grading: an observation (the course's own experiment) decides no points; "
+                         "you saw its output in your own notebook]\n")
+
+
+def decided_outside(cell) -> bool:
+    """A graded test cell: its own checker decides it and its verdict replaces its outputs, so
+    running it in the learner's kernel as well would only repeat the work for outputs nobody keeps."""
+    grading = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(grading.get("grade")) and not grading.get("solution")
+
+
+def observation(cell) -> bool:
+    """A cell tagged `observation`: one of the course's experiments for the learner to watch (real
+    processes, real leases, a whole checkpoint run). It decides nothing; re-running it for every
+    student costs most of a notebook's grading time (about 20 of 25 s per submission)."""
+    return cell.get("cell_type") == "code" and "observation" in cell.get("metadata", {}).get("tags", [])
+
+
 class SandboxedExecute(Execute):
-    """nbgrader's Execute, with the kernel inside the student's sandbox and outputs bounded."""
+    """nbgrader's Execute, with the kernel inside the student's sandbox and outputs bounded.
+    Graded test cells and observation cells are not run here (see `decided_outside`, `observation`)."""
 
     max_output_bytes = Integer(1024 * 1024, help="Output one cell may produce before it is interrupted.").tag(config=True)
 
@@ -98,7 +117,10 @@ class SandboxedExecute(Execute):
         that kills or hangs the kernel is recorded in its cell (the report reads it) and the
         remaining cells are left unexecuted.
         """
-        if self._kernel_lost:
+        if self._kernel_lost or decided_outside(cell):
+            return cell, resources
+        if observation(cell):
+            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=OBSERVATION_NOT_RERUN)]
             return cell, resources
         try:
             return super().preprocess_cell(cell, resources, index)
@@ -139,17 +161,20 @@ class StartChecks(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         _, assignment, _, notebook = _course(self, resources)
-        release = release_folder(self, resources)
-        release_nb = json.loads((release / f"{notebook}.ipynb").read_text())
-        with Gradebook(resources["nbgrader"]["db_url"]) as gb:
-            sources = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
-        cells = jobs.course_cells(release_nb, sources)
-        checks = jobs.autograded(cells)
-        submission = [dict(cell) for cell in nb.cells]
-        built = [jobs.build_job(notebook, check, cells, submission) for check in checks]
-        pending = jobs.start_checks(built, submitted_folder(self, resources), release, self.timeout)
-        resources.setdefault("course", {})["pending"] = (pending, {c.grade_id: c.source for c in checks})
+        submitted = submitted_folder(self, resources)
+        started = PRESTARTED.pop((submitted.resolve(), notebook), None)
+        if started is None:
+            with Gradebook(resources["nbgrader"]["db_url"]) as gb:
+                sources = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
+            started = jobs.notebook_checks(notebook, release_folder(self, resources), sources,
+                                           [dict(cell) for cell in nb.cells], submitted, self.timeout)
+        resources.setdefault("course", {})["pending"] = started
         return nb, resources
+
+
+# Checks a grading unit started for all of a student's notebooks at once, before nbgrader reaches
+# each one (course.grading.unit): {(submitted folder, notebook): (pending checks, their sources)}.
+PRESTARTED: dict[tuple[Path, str], tuple[jobs.PendingChecks, dict[str, str]]] = {}
 
 
 class DecideOutsideKernel(NbGraderPreprocessor):

@@ -11,15 +11,18 @@ and no access to the real gradebook. It builds a private scratch course in a tem
 runs nbgrader's Autograde converter in this process (the course's preprocessors: hidden tests
 stripped, kernel sandboxed, checks decided outside the kernel, gradebook verified), reads the
 scratch gradebook back and deletes the folder. Only the trusted coordinator
-(course.grading.record) writes results into the real gradebook.
+(course.grading.coordinator) writes results into the real gradebook.
 
 `run` is what a worker process calls (a local process pool or a Dask worker): nbgrader is
 imported once per worker, and after each student every process grading left behind is killed.
+One process grades all of a student's notebooks, so the checks of every notebook start at once,
+before the first kernel: a notebook then waits for its checks only if they are still running.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import tempfile
@@ -120,7 +123,12 @@ def _autograde(root: Path, assignment: str, student: str, notebooks: list[str]) 
     On a failure nbgrader deletes the student's autograded folder and skips the remaining
     notebooks, so then grade notebook by notebook to keep the rest and pin the failure down.
     """
-    error = _convert(root, assignment, student, "*")
+    submitted = (root / "submitted" / student / assignment).resolve()
+    try:
+        _start_checks(root, assignment, student, notebooks)
+        error = _convert(root, assignment, student, "*")
+    finally:
+        _drain(submitted)
     if error is None:
         return {}
     if len(notebooks) <= 1:
@@ -133,13 +141,9 @@ def _autograde(root: Path, assignment: str, student: str, notebooks: list[str]) 
     return failures
 
 
-def _convert(root: Path, assignment: str, student: str, notebook: str) -> str | None:
-    """nbgrader's Autograde converter, in this process; None, or why it failed."""
-    from nbgrader.converters import Autograde
-    from nbgrader.coursedir import CourseDirectory
+def _config(root: Path, assignment: str, student: str, notebook: str):
+    """The course's nbgrader configuration, pointed at the scratch course and its gradebook."""
     from traitlets.config.loader import PyFileConfigLoader
-
-    from course.grading.commands import failure_reason
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
     config.CourseDirectory.root = str(root)
@@ -147,6 +151,49 @@ def _convert(root: Path, assignment: str, student: str, notebook: str) -> str | 
     config.CourseDirectory.assignment_id = assignment
     config.CourseDirectory.student_id = student
     config.CourseDirectory.notebook_id = notebook
+    return config
+
+
+def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str]) -> None:
+    """Start every notebook's checks now; nbgrader's StartChecks picks them up (protect.PRESTARTED).
+    A notebook whose checks cannot be built here (unreadable, unknown) is left to StartChecks."""
+    from nbgrader.api import Gradebook
+    from nbgrader.coursedir import CourseDirectory
+
+    from course.grading import jobs
+    from course.grading.protect import PRESTARTED, StartChecks
+
+    config = _config(root, assignment, student, "*")
+    coursedir, timeout = CourseDirectory(config=config), StartChecks(config=config).timeout
+    submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment)).resolve()
+    release = Path(coursedir.format_path(coursedir.release_directory, ".", assignment))
+    with Gradebook(config.CourseDirectory.db_url) as gb:
+        for notebook in notebooks:
+            try:
+                sources = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
+                cells = json.loads((submitted / f"{notebook}.ipynb").read_text())["cells"]
+                PRESTARTED[(submitted, notebook)] = jobs.notebook_checks(
+                    notebook, release, sources, [dict(cell) for cell in cells], submitted, timeout)
+            except Exception:  # a malformed or unknown notebook: nbgrader reports it in its own words
+                continue
+
+
+def _drain(submitted: Path) -> None:
+    """Wait for (bounded) and forget checks nbgrader never picked up (a notebook it failed on)."""
+    from course.grading.protect import PRESTARTED
+
+    for key in [key for key in PRESTARTED if key[0] == submitted]:
+        PRESTARTED.pop(key)[0].results()
+
+
+def _convert(root: Path, assignment: str, student: str, notebook: str) -> str | None:
+    """nbgrader's Autograde converter, in this process; None, or why it failed."""
+    from nbgrader.converters import Autograde
+    from nbgrader.coursedir import CourseDirectory
+
+    from course.grading.commands import failure_reason
+
+    config = _config(root, assignment, student, notebook)
     coursedir = CourseDirectory(config=config)
     converter = Autograde(coursedir=coursedir, config=config)
     converter.force = True
