@@ -80,3 +80,10 @@ def test_the_readme_layout_map_matches_the_tree():
         named = mapped[package] | {name.split("/")[0] for folder, names in mapped.items()
                                    if folder.startswith(package + "/") for name in [folder[len(package) + 1:]]}
         assert present <= named, f"{package}: the README's map lacks {sorted(present - named)}"
+
+
+def test_no_function_is_longer_than_60_lines():
+    long = [f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in sorted(SRC.rglob("*.py")) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60]
+    assert long == [], "split these into the steps they take:\n" + "\n".join(long)
