@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,17 +64,30 @@ time.sleep(60)
 """
 
 
-@linux_only
-def test_child_dies_when_its_parent_is_sigkilled(tmp_path: Path):
-    parent = subprocess.Popen(python(PARENT_OF_SLEEPER, tmp_path))
+@contextlib.contextmanager
+def parent_running(script: str, folder: Path, *ready: str) -> Iterator[tuple[subprocess.Popen, int]]:
+    """(parent, its child's pid) once the parent announced the child and every `ready` file exists."""
+    parent = subprocess.Popen(python(script, folder))
     try:
-        child = int(wait_for_file(tmp_path / "child.pid", timeout=10, process=parent))
-        assert alive(child)
-        parent.kill()
-        assert parent.wait(5) == -signal.SIGKILL
-        assert dies_within(child, 5)
+        child = int(wait_for_file(folder / "child.pid", timeout=10, process=parent))
+        for name in ready:
+            wait_for_file(folder / name, timeout=10)
+        yield parent, child
     finally:
         stop(parent)
+
+
+def sigkill(parent: subprocess.Popen) -> None:
+    parent.kill()
+    assert parent.wait(5) == -signal.SIGKILL
+
+
+@linux_only
+def test_child_dies_when_its_parent_is_sigkilled(tmp_path: Path):
+    with parent_running(PARENT_OF_SLEEPER, tmp_path) as (parent, child):
+        assert alive(child)
+        sigkill(parent)
+        assert dies_within(child, 5)
 
 
 # A parent whose child asks for SIGTERM: the child records the signal it got, then exits.
@@ -97,16 +112,10 @@ time.sleep(60)
 
 @linux_only
 def test_a_child_can_ask_for_a_gentler_death_signal(tmp_path: Path):
-    parent = subprocess.Popen(python(PARENT_OF_TERM_CATCHER, tmp_path))
-    try:
-        child = int(wait_for_file(tmp_path / "child.pid", timeout=10, process=parent))
-        wait_for_file(tmp_path / "armed", timeout=10)
-        parent.kill()
-        assert parent.wait(5) == -signal.SIGKILL
+    with parent_running(PARENT_OF_TERM_CATCHER, tmp_path, "armed") as (parent, child):
+        sigkill(parent)
         assert wait_for_file(tmp_path / "signal", timeout=5) == "SIGTERM"
         assert dies_within(child, 5)
-    finally:
-        stop(parent)
 
 
 def test_spawn_runs_exactly_the_command_with_its_environment_and_folder(tmp_path: Path):
