@@ -41,6 +41,8 @@ HIDDEN = (
 )
 # Graded in name order: "solid" comes after both crashes, so it shows the class goes on.
 STUDENTS = {
+    # Right, and copied the visible test cell (JupyterLab's copy-paste copies its nbgrader metadata).
+    "copier": "def double(x):\n    return 2 * x",
     "crasher": f"import os, subprocess\nsubprocess.Popen({PLAIN_CHILD})\nos.kill(os.getpid(), 9)",
     "looper": "while True:\n    pass",
     "partial": "def double(x):\n    return 2 * x if x < 10 else 0",
@@ -74,6 +76,8 @@ def submit(root, student, solution):
     nb = nbformat.read(root / "notebooks" / commands.ASSIGNMENT / "toy.ipynb", as_version=4)
     nb.cells[0].source = solution
     nb.cells[4].source = "Because 2 * 0 == 0."
+    if student == "copier":
+        nb.cells.append(new_code_cell(nb.cells[1].source, metadata=dict(nb.cells[1].metadata)))
     folder = root / "submitted" / student / commands.ASSIGNMENT
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / "toy.ipynb")
@@ -138,6 +142,12 @@ def test_correct_student_gets_every_automatic_point(course):
 
 
 @pytest.mark.slow
+def test_a_copied_test_cell_costs_nothing(course):
+    copier = course[2]["copier"]
+    assert (copier.score, copier.max_score, copier.reasons) == (3, 4, {})
+
+
+@pytest.mark.slow
 def test_looping_student_scores_zero_with_reason_and_class_is_graded(course):
     results = course[2]
     looper = results["looper"]
@@ -153,7 +163,7 @@ def test_kernel_killer_scores_zero_with_reason_and_class_is_graded(course):
     crasher = results["crasher"]
     assert (crasher.score, crasher.max_score) == (0, 4)
     assert "kernel died" in crasher.reasons["toy/visible"]
-    assert [r.score for r in results.values()] == [0, 0, 1, 3]
+    assert [r.score for r in results.values()] == [3, 0, 0, 1, 3]
 
 
 @pytest.mark.slow

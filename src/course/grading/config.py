@@ -4,14 +4,14 @@ from pathlib import Path
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import (
-    AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades,
+    AssignLatePenalties, CheckCellMetadata, ClearOutput, GetGrades,
     IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades,
 )
 
 from course.grading.coordinator import db_url
 from course.grading.feedback import HideHiddenTests
 from course.grading.protect import (
-    DecideOutsideKernel, SandboxedExecute, StartChecks, StripHiddenTests, VerifyGradebook,
+    DecideOutsideKernel, ForgetDuplicateIds, SandboxedExecute, StartChecks, StripHiddenTests, VerifyGradebook,
 )
 
 ASSIGNMENT = "ch12"
@@ -43,7 +43,7 @@ def configure(c, root):
     # kernel runs in the student's sandbox, and each graded cell is decided by its own checker.
     c.OverwriteCells.add_missing_cells = True  # a deleted test cell is restored, and graded
     c.Autograde.sanitize_preprocessors = [
-        ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, StripHiddenTests, CheckCellMetadata,
+        ClearOutput, ForgetDuplicateIds, OverwriteKernelspec, OverwriteCells, StripHiddenTests, CheckCellMetadata,
     ]
     c.Autograde.autograde_preprocessors = [
         StartChecks, SandboxedExecute, DecideOutsideKernel, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,

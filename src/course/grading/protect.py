@@ -27,7 +27,7 @@ from nbformat.notebooknode import NotebookNode
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.api import Gradebook
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.preprocessors import DeduplicateIds, Execute, NbGraderPreprocessor
 from nbgrader.utils import compute_checksum
 from traitlets import Integer
 
@@ -59,6 +59,21 @@ def release_folder(preprocessor, resources) -> Path:
     if not folder.is_dir():
         raise FileNotFoundError(f"the release {folder} is missing: run `make release` (it is the grader's trusted copy)")
     return folder
+
+
+class ForgetDuplicateIds(DeduplicateIds):
+    """nbgrader's DeduplicateIds, except that a duplicate loses its nbgrader metadata entirely.
+
+    nbgrader leaves `{}` behind, and OverwriteCells then reads a grade_id from it and fails: the
+    whole notebook scores 0. A learner who copies a test cell in JupyterLab copies its metadata
+    too, so this is an honest accident, not only an attack. The copy that keeps the id is restored
+    from the gradebook like any locked cell; the other is left as one of the learner's own cells."""
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        cell, resources = super().preprocess_cell(cell, resources, cell_index)
+        if cell.get("metadata", {}).get("nbgrader") == {}:
+            del cell.metadata["nbgrader"]
+        return cell, resources
 
 
 class StripHiddenTests(NbGraderPreprocessor):
