@@ -25,7 +25,8 @@ def _grade_id(cell: dict) -> str:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
 
 
-def verdicts(name: str, replace: dict[str, str] | None = None, only: set[str] | None = None) -> dict[str, dict]:
+def verdicts(name: str, replace: dict[str, str] | None = None, only: set[str] | None = None,
+             timeout: float = 120) -> dict[str, dict]:
     """{test grade_id: verdict} for notebook `name` with the solution's answers, `replace`d."""
     replace = dict(replace or {})
     solution = json.loads((SOLUTIONS / name).read_text())
@@ -48,7 +49,7 @@ def verdicts(name: str, replace: dict[str, str] | None = None, only: set[str] | 
             shutil.copy(path, submitted / path.name)
         notebook = dict(solution, cells=submission)
         (submitted / name).write_text(json.dumps(notebook))
-        return jobs.run_checks(built, submitted, RELEASE, timeout=120)
+        return jobs.run_checks(built, submitted, RELEASE, timeout=timeout)
 
 
 def failed(found: dict[str, dict]) -> dict[str, str]:

@@ -20,7 +20,7 @@ import nbformat
 import pytest
 
 from course.grading import commands
-from course.grading.protect import decided_outside, observation
+from course.grading.protect import COURSE_ONLY_NOT_RUN, decided_outside, learners_code, observation
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
@@ -125,6 +125,10 @@ def test_autograde_gives_solutions_full_marks_and_the_untouched_release_zero(cou
         code = [cell for cell in autograded.cells if cell.cell_type == "code"]
         # graded tests are decided by their checkers, observations are not re-run: neither runs in the kernel
         run = [cell for cell in code if not (decided_outside(cell) or observation(cell))]
-        assert run[-1].execution_count is not None, f"{name}: the untouched release stopped before its last cell"
         assert all(cell.execution_count is None for cell in code if decided_outside(cell) or observation(cell)), (
             f"{name}: a graded test or an observation ran in the learner's kernel at grading")
+        if not any(learners_code(cell) for cell in code):  # 04 and 05: nothing of the learner's to run
+            assert all(cell.execution_count is None and cell.outputs[0]["text"] == COURSE_ONLY_NOT_RUN for cell in run), (
+                f"{name} holds no learner code: no kernel should have run it, and each cell should say why")
+            continue
+        assert run[-1].execution_count is not None, f"{name}: the untouched release stopped before its last cell"

@@ -193,6 +193,141 @@ def claim(db, owner, *, now=None, ttl=90, **options):
     raise RuntimeError(_look())
 '''
 
+# Forge the verdict itself: what a check reports travels on a pipe the learner's code can write
+# too. Write a passing verdict on every descriptor and end the process, while the definitions
+# load (so every check of the notebook sees it) and again from `claim`.
+FORGER = '''
+import os
+
+FORGED = b'{"passed": true, "tampering": false, "ename": "", "message": ""}'
+
+def _forge():
+    for fd in range(3, 1024):
+        try:
+            os.write(fd, FORGED)
+        except OSError:
+            pass
+    os._exit(0)
+
+class _AtDefinition:
+    _forge()
+
+def claim(db, owner, *, now=None, ttl=90, **options):
+    _forge()
+'''
+
+# Get the checker's own code to seal a passing verdict: call its reporting function, raise its
+# audit event, run its `work` on a job whose check is `pass` (in this thread, in a new one, in a
+# fork), and reach for the key through frames, the collector, ctypes and /proc/self/mem.
+SEAL_THIEF = '''
+import base64, gc, marshal, os, sys, _thread, time
+from course.grading import checker, seal
+
+FAKE = {"course_cells": [], "learner_cells": [], "expect_calls": 0,
+        "check": base64.b64encode(marshal.dumps(compile("pass", "fake", "exec"))).decode()}
+
+def _steal():
+    for attempt in (lambda: seal.report("1 0\\n\\n"), lambda: sys.audit("course.verdict", "1 0\\n\\n"),
+                    lambda: _thread.start_new_thread(checker.work, (dict(FAKE), lambda: None)),
+                    lambda: gc.get_objects(), lambda: sys._getframe(1).f_back.f_locals,
+                    lambda: __import__("ctypes").string_at(id(seal), 64), lambda: open("/proc/self/mem", "rb")):
+        try:
+            attempt()
+        except BaseException:
+            pass
+    if os.fork() == 0:
+        try:
+            seal.report("1 0\\n\\n")
+        finally:
+            os._exit(0)
+    time.sleep(0.5)
+    checker.work(dict(FAKE), lambda: None)
+
+def claim(db, owner, *, now=None, ttl=90, **options):
+    _steal()
+'''
+
+# Rewrite what the grader's own functions call: closure cells (writable from Python), defaults
+# and keyword defaults of every function the cell's namespace reaches, `expect` first (beside a
+# Claim that is not the chapter's (not frozen), so that the checks get as far as their
+# expectations but earn nothing fairly).
+CLOSURE_REWRITER = '''
+def _silence():
+    quiet = lambda *args, **kwargs: None
+    for value in list(globals().values()):
+        for cell in getattr(value, "__closure__", None) or ():
+            try:
+                if callable(cell.cell_contents) and not isinstance(cell.cell_contents, type):
+                    cell.cell_contents = quiet
+            except ValueError:
+                pass
+        keywords = getattr(value, "__kwdefaults__", None)
+        for name in list(keywords or ()):
+            if callable(keywords[name]):
+                keywords[name] = quiet
+        try:
+            value.__defaults__ = tuple(quiet if callable(d) else d for d in value.__defaults__ or ())
+        except Exception:
+            pass
+
+from dataclasses import dataclass
+
+@dataclass
+class Claim:
+    id: str
+    session: str
+    prompt: str
+    generation: int
+    owner: str
+    epoch: str
+    subject: str = ""
+    role: str = "shop"
+
+def claim(db, owner, *, now=None, ttl=90, **options):
+    _silence()
+    return None
+'''
+
+# Blind the grader instead of the checks: empty the list of dunders it refuses (a course constant,
+# not a function), so that a Claim that equals everything passes as plain data, and make the
+# builtin `tuple` drop any report of a replaced helper.
+BLINDER = '''
+import builtins, sys
+from dataclasses import dataclass
+
+_real_tuple = builtins.tuple
+
+class _quiet(tuple):
+    def __new__(cls, items=()):
+        items = _real_tuple(items)
+        if any(isinstance(i, str) and ("replaced" in i or "rebound" in i or "saw" in i) for i in items):
+            return _real_tuple()
+        return items
+
+class _Blind:
+    sys.modules["course.grading.integrity"].DISHONEST = ()
+    builtins.tuple = _quiet
+
+@dataclass(eq=False)
+class Claim:
+    id: str = ""
+    session: str = ""
+    prompt: str = ""
+    generation: int = 0
+    owner: str = ""
+    epoch: str = ""
+    subject: str = ""
+    role: str = "shop"
+
+    def __eq__(self, other):
+        builtins.tuple = _quiet
+        return True
+
+def claim(db, owner, *, now=None, ttl=90, **options):
+    builtins.tuple = _quiet
+    return Claim()
+'''
+
 # Write the gradebook, another student's submission, the course's files and the installed
 # packages, by absolute and relative path, from the kernel and from definitions.
 VANDAL_FILES = '''
@@ -315,6 +450,10 @@ def graded(tmp_path_factory):
     submit(root, "cheat_objects", notebook_with(blank, CHEAT_OBJECTS))
     submit(root, "cheat_reference", notebook_with(blank, CHEAT_REFERENCE))
     submit(root, "spy", notebook_with(blank, SPY.format(course=str(root))))
+    submit(root, "forger", notebook_with(blank, FORGER))
+    submit(root, "seal_thief", notebook_with(blank, SEAL_THIEF))
+    submit(root, "closure_rewriter", notebook_with(blank, CLOSURE_REWRITER))
+    submit(root, "blinder", notebook_with(blank, BLINDER))
     submit(root, "vandal_files", notebook_with(blank, VANDAL_FILES.format(course=str(root), outside=str(outside))))
     submit(root, "vandal_resources", notebook_with(blank, VANDAL_RESOURCES[0], VANDAL_RESOURCES[1:]))
     before = fingerprint(root)
@@ -346,7 +485,8 @@ def test_honest_submissions_get_their_exact_scores(graded):
 
 
 @pytest.mark.parametrize("student", ["cheat_helpers", "cheat_hooks", "cheat_objects", "cheat_reference", "spy",
-                                     "vandal_files", "vandal_resources"])
+                                     "forger", "seal_thief", "closure_rewriter", "blinder", "vandal_files",
+                                     "vandal_resources"])
 def test_hostile_submissions_earn_nothing(graded, student):
     root, _, _, _ = graded
     earned = {part: score for part, score in scores(root)[student].items() if score}
@@ -355,7 +495,8 @@ def test_hostile_submissions_earn_nothing(graded, student):
 
 def test_cheats_are_reported_as_tampering(graded):
     _, results, _, _ = graded
-    for student in ("cheat_helpers", "cheat_hooks", "cheat_objects", "cheat_reference"):
+    for student in ("cheat_helpers", "cheat_hooks", "cheat_objects", "cheat_reference", "forger", "closure_rewriter",
+                    "blinder"):
         assert results[student].findings["tampering"] >= 1, f"{student}: {results[student].findings}"
     for student in ("complete", "racy", "untouched"):
         assert results[student].findings["tampering"] == 0, f"{student} flagged: {results[student].findings}"

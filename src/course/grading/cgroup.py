@@ -4,8 +4,8 @@ RLIMIT_NPROC bounds the tasks of an ordinary user inside a user namespace, but n
 the grader runs as root (CI, a container, a teaching server) a fork bomb would only stop at the
 machine's limit. Where the cgroup file system is writable (root on most Linux machines) each
 sandbox gets its own group with `pids.max` and a memory ceiling; the sandbox's first process
-joins it before it execs bwrap, so everything it starts is counted; it also gets at most one
-CPU core, so a submission that spins cannot starve the grading of the others. Elsewhere `Cgroup.create`
+joins it before it execs bwrap, so everything it starts is counted; it also gets a bounded number
+of CPU cores (one for a kernel), so a submission that spins cannot starve the grading of the others. Elsewhere `Cgroup.create`
 returns None and the rlimits are the bound.
 """
 
@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
-CPU_PERIOD = 100_000  # microseconds; the quota is one period: at most one core per sandbox
+CPU_PERIOD = 100_000  # microseconds; a quota of one period per core
 
 
 class Cgroup:
@@ -27,7 +27,7 @@ class Cgroup:
         self.folders = folders
 
     @classmethod
-    def create(cls, tasks: int, memory_bytes: int) -> Cgroup | None:
+    def create(cls, tasks: int, memory_bytes: int, cores: int = 1) -> Cgroup | None:
         name = f"course-grading-{uuid.uuid4().hex[:12]}"
         try:
             if (ROOT / "cgroup.controllers").exists():  # v2: one tree
@@ -38,7 +38,7 @@ class Cgroup:
                 if (folder / "memory.max").exists():
                     _write(folder / "memory.max", memory_bytes)
                 if (folder / "cpu.max").exists():
-                    _write(folder / "cpu.max", f"{CPU_PERIOD} {CPU_PERIOD}")
+                    _write(folder / "cpu.max", f"{cores * CPU_PERIOD} {CPU_PERIOD}")
                 return group
             pids = ROOT / "pids" / name
             pids.mkdir()
@@ -56,7 +56,7 @@ class Cgroup:
                 cpu.mkdir()
                 group.folders.append(cpu)
                 _write(cpu / "cpu.cfs_period_us", CPU_PERIOD)
-                _write(cpu / "cpu.cfs_quota_us", CPU_PERIOD)
+                _write(cpu / "cpu.cfs_quota_us", cores * CPU_PERIOD)
             except OSError:
                 pass
             return group

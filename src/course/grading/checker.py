@@ -1,8 +1,8 @@
 """Decide one graded cell, in a fresh process that learner code shares with nothing else.
 
-    python -I -m course.grading.checker < job.json     (the grader runs it inside the sandbox)
-
-The job (JSON on standard input) carries the course's own cells, taken from the release and the
+The check server (course.grading.checkserver) forks one per check and calls `main`, with the
+job on standard input: the check's key (see course.grading.seal) on the first line, then JSON.
+The job carries the course's own cells, taken from the release and the
 gradebook, never from the submission; the learner's cells, of which only definitions are kept;
 and the check itself, hidden part included, compiled by the grader (its hidden lines never
 enter the sandbox as text). The namespace is rebuilt in this order:
@@ -15,26 +15,30 @@ enter the sandbox as text). The namespace is rebuilt in this order:
 5. the snapshot compared (after the definitions loaded, and after the check): any change is
    "tampering detected", whatever the check said.
 
-The answer is one JSON object written to the file descriptor the grader reads; everything the
-learner's code prints goes nowhere. `os._exit` follows, so no learner `atexit` handler runs.
+The seal is armed just before step 2, and steps 2-5 run in a thread of their own (`work`). The
+answer is one sealed line on the descriptor the grader reads (standard output as started);
+everything the learner's code prints goes nowhere. `os._exit` follows, so no learner `atexit`
+handler runs.
 """
 
 from __future__ import annotations
 
+import _thread
 import base64
 import builtins
+import dis
 import functools
 import io
 import json
 import marshal
 import os
 import sys
-import traceback
 import types
-from typing import Any
+from typing import Any, Callable
 
 from course.grading.definitions import bound_names, definitions_only
-from course.grading.integrity import Dishonest, Snapshot, check_class, honest
+from course.grading import seal
+from course.grading.integrity import Dishonest, check_class, frozen, honest, snapshot
 
 MESSAGE_LIMIT = 1500
 # Imported before the snapshot, so a learner cannot patch one of them before it is first used.
@@ -45,51 +49,80 @@ PRELOAD = (
     "sovereign_agent.status", "reference_organizations.store.assistant", "reference_organizations.store.supplier",
 )
 LEARNER_FILE = "<your cell {label}>"
+STUB = "course_stub"  # set on a NotImplementedError by the learner function it came out of
 
 
 class TamperingDetected(Exception):
     """Something the check relies on changed while learner code ran."""
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """The verdict for one graded cell: {'passed', 'ename', 'message', 'tampering'}."""
+def run_job(job: dict[str, Any], arm: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """The verdict for one graded cell: {'passed', 'ename', 'message', 'tampering'}.
+
+    From the first learner line on, what decides the verdict is held in this frame's locals, in
+    defaults (which the seal refuses to replace) or in closures (unreachable: the seal refuses
+    frames and the collector's lists; a rewritten one is reported), never in a global or a
+    builtin that learner code could rebind."""
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     course_values = _load_course(job["course_cells"], namespace)
     from course import checks
 
-    calls = {"expect": 0}
-    genuine_expect = checks.expect
-
-    def expect(condition: object, message: str) -> None:
-        calls["expect"] += 1
-        genuine_expect(condition, message)
-
-    course_values["expect"] = expect
-    snapshot = Snapshot.take()
-    learner, stubs, broken = _load_learner(job["learner_cells"], namespace)
-    tampering = snapshot.changes()  # while the definitions loaded (builtins and hooks are put back)
-    _bind(namespace, course_values, learner, job.get("answers", []))
+    calls: list[bool] = []
+    course_values["expect"] = _counted(checks.expect, calls)
     check = marshal.loads(base64.b64decode(job.pop("check")))
+    own = _stored_names(check)  # the check may rebind a fixture itself; learner code may not
+    load, bind, freeze, changes, explain, run = _load_learner, _bind, frozen, snapshot(), describe, exec
+    wanted, count, dishonest, anything, ordered, unique, text = job["expect_calls"], len, Dishonest, BaseException, sorted, set, str
+    is_a, function = isinstance, types.FunctionType
+    arm()  # the seal, from here on: learner code is next
+    learner, stubs, broken = load(job["learner_cells"], namespace)
+    tampering = changes()  # while the definitions loaded (builtins are put back)
+    bind(namespace, course_values, learner, job.get("answers", []))
+    rewritten = freeze([value for name, value in namespace.items()  # the course's functions and the guards
+                        if (name in course_values or name in learner) and is_a(value, function)])
     try:
-        exec(check, namespace)
-        verdict = {"passed": True, "ename": "", "message": ""}
-    except Dishonest as error:  # a value or class built to fool comparisons
-        tampering.append(str(error))
-        verdict = {"passed": False}
-    except BaseException as error:  # the learner's code may raise anything, SystemExit included
-        verdict = {"passed": False, **describe(error, stubs, broken)}
-    tampering += snapshot.changes()
-    if namespace.get("expect") is not expect:
-        tampering.append("the check's `expect` was rebound")
-    if verdict["passed"] and calls["expect"] < job["expect_calls"]:
-        tampering.append(f"`expect` saw {calls['expect']} of the check's calls")
+        run(check, namespace)
+        passed, ename, message = True, "", ""
+    except dishonest as error:  # a value or class built to fool comparisons
+        passed, ename, message = False, "", ""
+        tampering += [text(error)]
+    except anything as error:  # the learner's code may raise anything, SystemExit included
+        said = explain(error, stubs, broken)
+        passed, ename, message = False, said["ename"], said["message"]
+    try:
+        tampering += changes()
+        tampering += rewritten()
+    except anything:  # a learner object in a course module that fails to be looked at
+        tampering += ["a course module holds an object that cannot be inspected"]
+    tampering += [f"the check's `{name}` was rebound" for name, value in course_values.items()
+                  if name not in own and namespace.get(name) is not value]
+    if passed and count(calls) < wanted:
+        tampering += [f"`expect` saw {count(calls)} of the check's calls"]
     if tampering:
-        verdict = {
-            "passed": False, "ename": "TamperingDetected",
-            "message": "tampering detected: " + "; ".join(sorted(set(tampering))[:5]),
-        }
-    verdict["tampering"] = bool(tampering)
-    return verdict
+        passed, ename = False, "TamperingDetected"
+        message = "tampering detected: " + "; ".join(ordered(unique(tampering))[:5])
+    return {"passed": passed, "ename": ename, "message": message, "tampering": tampering != []}
+
+
+def _counted(genuine: Callable[[object, str], None], calls: list[bool]) -> Callable[[object, str], None]:
+    """The check's `expect`: the course's own, counting its calls. What it calls is a default, not
+    a closure cell: learner code that reaches it can read its defaults but not replace them."""
+
+    def expect(condition: object, message: str, _genuine=genuine, _calls=calls) -> None:
+        _calls.append(True)
+        _genuine(condition, message)
+
+    return expect
+
+
+def _stored_names(code: types.CodeType) -> frozenset[str]:
+    """Names the check's own code binds or deletes at module level (or declares global)."""
+    stores = {"STORE_NAME", "STORE_GLOBAL", "DELETE_NAME", "DELETE_GLOBAL"}
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in stores}
+    for inner in code.co_consts:
+        if isinstance(inner, types.CodeType):
+            names |= {i.argval for i in dis.get_instructions(inner) if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL")}
+    return frozenset(names)
 
 
 def _load_course(cells: list[dict[str, Any]], namespace: dict[str, Any]) -> dict[str, Any]:
@@ -107,57 +140,24 @@ def _load_course(cells: list[dict[str, Any]], namespace: dict[str, Any]) -> dict
 
 
 def _load_learner(cells: list[dict[str, Any]], namespace: dict[str, Any]) -> tuple[dict[str, Any], list[str], dict[str, str]]:
-    """Run the definitions of the learner's cells: (what they bound, stub cells, broken cells)."""
+    """Run the definitions of the learner's cells: (what they bound, stub cells, broken cells).
+
+    It starts before any learner line; what it uses after the first cell is bound here."""
+    copy, build, run, strip, stub, failed, kind, text = dict, compile, exec, definitions_only, NotImplementedError, Exception, type, str
     stubs: list[str] = []
     broken: dict[str, str] = {}
     learner: dict[str, Any] = {}
     for cell in cells:
-        source = definitions_only(cell["source"])
-        before = dict(namespace)
+        source = strip(cell["source"])
+        before = copy(namespace)
         try:
-            exec(compile(source, LEARNER_FILE.format(label=cell["label"]), "exec"), namespace)
-        except NotImplementedError:  # nbgrader's stub inside a class body
+            run(build(source, LEARNER_FILE.format(label=cell["label"]), "exec"), namespace)
+        except stub:  # nbgrader's stub inside a class body
             stubs.append(cell["label"])
-        except Exception as error:  # a failing import or decorator: that cell defines less
-            broken[cell["label"]] = f"{type(error).__name__}: {str(error)[:200]}"
+        except failed as error:  # a failing import or decorator: that cell defines less
+            broken[cell["label"]] = f"{kind(error).__name__}: {text(error)[:200]}"
         learner.update({k: v for k, v in namespace.items() if k not in before or before[k] is not v})
     return learner, stubs, broken
-
-
-def _bind(namespace: dict[str, Any], course: dict[str, Any], learner: dict[str, Any], answers: list[str]) -> None:
-    """The course's names win; the learner's own are guarded; an answer that is the course's
-    own object is refused."""
-    namespace.update(course)
-    for name, value in learner.items():
-        if name not in course:
-            namespace[name] = guard(name, value)
-    for name in answers:
-        if _from_the_course(learner.get(name)):
-            namespace[name] = _refuse(name, f"`{name}` is the course's own implementation, imported, not yours")
-
-
-def guard(name: str, value: Any) -> Any:
-    """Learner functions must return plain data; learner classes must compare honestly."""
-    if isinstance(value, type):
-        try:
-            check_class(value)
-        except Dishonest as why:
-            return _refuse(name, f"{why}; the grader only accepts classes that compare like plain data")
-        return value
-    if not isinstance(value, types.FunctionType):
-        return value
-
-    @functools.wraps(value)
-    def plain_results(*args: Any, **kwargs: Any) -> Any:
-        result = value(*args, **kwargs)
-        try:
-            honest(result)
-        except Dishonest as why:
-            raise Dishonest(f"{name} returned {why}; the grader accepts plain data (str, int, "
-                            "float, bool, None, lists, tuples, dicts, dataclasses)") from None
-        return result
-
-    return plain_results
 
 
 def _from_the_course(value: Any) -> bool:
@@ -176,6 +176,52 @@ def _refuse(name: str, why: str) -> Any:
     return refused
 
 
+def guard(name: str, value: Any, refuse_class=check_class, plain=honest, dishonest=Dishonest, is_a=isinstance,
+          function=types.FunctionType, wraps=functools.wraps, stub=NotImplementedError, read=getattr, mark=setattr,
+          refuse=_refuse) -> Any:
+    """Learner functions must return plain data; learner classes must compare honestly.
+
+    It runs after learner code has: what it uses are defaults, bound when this module loaded."""
+    if is_a(value, type):
+        try:
+            refuse_class(value)
+        except dishonest as why:
+            return refuse(name, f"{why}; the grader only accepts classes that compare like plain data")
+        return value
+    if not is_a(value, function):
+        return value
+
+    @wraps(value)
+    def plain_results(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = value(*args, **kwargs)
+        except stub as error:  # the innermost learner function names the stub
+            if not read(error, STUB, ""):
+                mark(error, STUB, name)
+            raise
+        try:
+            plain(result)
+        except dishonest as why:
+            raise dishonest(f"{name} returned {why}; the grader accepts plain data (str, int, "
+                            "float, bool, None, lists, tuples, dicts, dataclasses)") from None
+        return result
+
+    return plain_results
+
+
+def _bind(namespace: dict[str, Any], course: dict[str, Any], learner: dict[str, Any], answers: list[str],
+          guarded=guard, ours=_from_the_course, refuse=_refuse) -> None:
+    """The course's names win; the learner's own are guarded; an answer that is the course's
+    own object is refused. It runs after learner code has: what it calls are defaults."""
+    namespace.update(course)
+    for name, value in learner.items():
+        if name not in course:
+            namespace[name] = guarded(name, value)
+    for name in answers:
+        if ours(learner.get(name)):
+            namespace[name] = refuse(name, f"`{name}` is the course's own implementation, imported, not yours")
+
+
 def describe(error: BaseException, stubs: list[str] = (), broken: dict[str, str] | None = None) -> dict[str, str]:
     """Type and a bounded message: never a traceback, never learner source lines."""
     if isinstance(error, NameError) and broken and getattr(error, "name", None):
@@ -185,7 +231,8 @@ def describe(error: BaseException, stubs: list[str] = (), broken: dict[str, str]
         return {"ename": "NotImplementedError",
                 "message": f"not implemented yet: write `{error.name}` in its cell ({', '.join(stubs)}) and run it"}
     if isinstance(error, NotImplementedError):
-        name = _stub_name(error)
+        name = getattr(error, STUB, "")
+        name = name if isinstance(name, str) else ""
         return {"ename": "NotImplementedError",
                 "message": f"not implemented yet: write `{name}` in its cell above and run it" if name
                 else "not implemented yet: a function this check calls still raises NotImplementedError"}
@@ -196,15 +243,6 @@ def describe(error: BaseException, stubs: list[str] = (), broken: dict[str, str]
     return {"ename": type(error).__name__, "message": message[:MESSAGE_LIMIT]}
 
 
-def _stub_name(error: BaseException) -> str:
-    """The learner function whose stub raised (innermost learner frame)."""
-    found = ""
-    for frame, _ in traceback.walk_tb(error.__traceback__):
-        if frame.f_code.co_filename.startswith("<your cell"):
-            found = frame.f_code.co_name
-    return "" if found == "<module>" else found
-
-
 class Discard(io.TextIOBase):
     """Where learner prints go while a check runs: nowhere, at no memory cost."""
 
@@ -213,19 +251,52 @@ class Discard(io.TextIOBase):
 
 
 def main() -> None:
-    result_fd = os.dup(1)
-    job = json.loads(sys.stdin.read())
+    """Read the key and the job, arm the seal, run the check in a thread of its own."""
+    verdict_fd = os.dup(1)
+    page = seal.read_key(0)
+    job = json.loads(os.fdopen(0, "rb").read())
     sink = os.open(os.devnull, os.O_WRONLY)
     os.dup2(sink, 1)
     os.dup2(sink, 2)
     sys.stdout = sys.stderr = Discard()
+    roots = tuple(sorted({os.path.join(p, "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *_installed())}))
+    arm = functools.partial(seal.arm, page, verdict_fd, work.__code__, roots)
+    del page
+    wait = _thread.allocate_lock()
+    wait.acquire()
+    _thread.start_new_thread(work, (job, arm))  # not the main thread: learner code cannot set a signal handler
+    while True:  # `work` ends the process
+        try:
+            wait.acquire()
+        except BaseException:  # _thread.interrupt_main from learner code
+            pass
+
+
+def work(job: dict[str, Any], arm: Callable[[], None]) -> None:
+    """The bottom of the check's thread: the only caller the seal accepts for `report`.
+
+    Everything it uses after the check is bound before any learner line runs."""
+    report, end, text, flat = seal.report, os._exit, str.encode, str.replace
     try:
-        verdict = run_job(job)
+        verdict = run_job(job, arm)
     except BaseException as error:  # the course cells themselves failed: report, do not hang
         verdict = {"passed": False, "tampering": False, "ename": "GraderError",
                    "message": f"the checker could not run: {type(error).__name__}: {str(error)[:300]}"}
-    os.write(result_fd, json.dumps(verdict).encode())
-    os._exit(0)
+    try:
+        passed, tampering = verdict["passed"] is True, verdict["tampering"] is True
+        ename = flat(text(verdict["ename"], "utf-8", "replace").decode(), "\n", " ")
+        message = text(verdict["message"], "utf-8", "replace").decode()
+        report("%d %d\n%s\n%s" % (passed, tampering, ename, message))
+    finally:
+        end(0)
+
+
+def _installed() -> list[str]:
+    """Where the course and its dependencies are installed (read-only in the sandbox)."""
+    import course
+    import sovereign_agent
+
+    return [os.path.dirname(os.path.dirname(m.__file__)) for m in (course, sovereign_agent)]
 
 
 if __name__ == "__main__":

@@ -143,34 +143,42 @@ def autograde(submitted_dir=None, force=False, root=REPO_ROOT, sandbox=True, rep
         ensure_available()
     url = coordinator.db_url(root)
     _record_assignment(root, url)
-    check_gradebook(root)
-    if not force:
-        students = [s for s in students if not (root / "autograded" / s / ASSIGNMENT).exists()]
-    assignment = coordinator.definition(root, url, ASSIGNMENT)
-    submissions = [coordinator.submission(submitted / s / ASSIGNMENT, s) for s in students]
+    # The workers start now: their start-up (importing nbgrader) overlaps the checks below.
     workers = coordinator.DaskWorkers(scheduler) if scheduler else coordinator.LocalWorkers(jobs or os.cpu_count() or 1)
-    results = []
-    with _progress(len(submissions), progress) as bar:
-        try:
-            for student, outcome in workers.grade(assignment, submissions, sandbox):
-                if isinstance(outcome, BaseException):
-                    result = StudentResult(student, 0.0, 0.0, {"*": f"not graded: {_one_line(outcome)}"},
-                                           sandboxed=sandbox)
-                else:
-                    check_gradebook(root)  # before anything is recorded
-                    coordinator.record(url, outcome, root)
-                    result = StudentResult(student, outcome["score"], outcome["max_score"], outcome["reasons"],
-                                           outcome["seconds"], outcome["findings"], outcome["sandboxed"])
-                results.append(result)
-                bar.update(1)
-                failing = sum(1 for r in results if r.reasons)  # not graded, or a notebook that did not finish
-                bar.set_postfix(failing=failing, left=len(submissions) - len(results), refresh=False)
-        finally:
-            workers.close()
+    try:
+        check_gradebook(root)
+        if not force:
+            students = [s for s in students if not (root / "autograded" / s / ASSIGNMENT).exists()]
+        assignment = coordinator.definition(root, url, ASSIGNMENT)
+        submissions = [coordinator.submission(submitted / s / ASSIGNMENT, s) for s in students]
+        results = _grade_and_record(workers, assignment, submissions, sandbox, root, url, progress)
+    finally:
+        workers.close()
     results = _read_back(url, sorted(results, key=lambda r: r.student))
     lines = integrity.report_lines(results)
     print("\n".join(lines))
     integrity.write_report(root / report, results)
+    return results
+
+
+def _grade_and_record(workers, assignment, submissions, sandbox, root, url, progress):
+    """Each outcome recorded as it arrives, after the gradebook is checked again."""
+    from course.grading import coordinator
+
+    results = []
+    with _progress(len(submissions), progress) as bar:
+        for student, outcome in workers.grade(assignment, submissions, sandbox):
+            if isinstance(outcome, BaseException):
+                result = StudentResult(student, 0.0, 0.0, {"*": f"not graded: {_one_line(outcome)}"}, sandboxed=sandbox)
+            else:
+                check_gradebook(root)  # before anything is recorded
+                coordinator.record(url, outcome, root)
+                result = StudentResult(student, outcome["score"], outcome["max_score"], outcome["reasons"],
+                                       outcome["seconds"], outcome["findings"], outcome["sandboxed"])
+            results.append(result)
+            bar.update(1)
+            failing = sum(1 for r in results if r.reasons)  # not graded, or a notebook that did not finish
+            bar.set_postfix(failing=failing, left=len(submissions) - len(results), refresh=False)
     return results
 
 

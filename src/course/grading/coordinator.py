@@ -17,9 +17,11 @@ import concurrent.futures
 import multiprocessing
 import os
 import shutil
+import sqlite3
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 
@@ -43,6 +45,7 @@ def normalize_db_url(url: str) -> str:
 def definition(root: Path, url: str, assignment: str) -> Assignment:
     """The assignment as the unit needs it: config, release, and a gradebook holding only it."""
     from nbgrader.api import Gradebook
+    from sqlalchemy import text
 
     from course.grading.commands import venv_path
 
@@ -53,7 +56,9 @@ def definition(root: Path, url: str, assignment: str) -> Assignment:
         copy = Path(scratch) / "gradebook.db"
         with Gradebook(url) as source:
             found = source.find_assignment(assignment)
+            _stamp_schema(copy, source)
             with Gradebook(f"sqlite:///{copy}", found.course_id) as target:
+                target.db.execute(text("PRAGMA synchronous=OFF"))  # a scratch file: nbgrader commits per cell
                 target.update_or_create_assignment(assignment, duedate=found.duedate)
                 for notebook in found.notebooks:
                     target.update_or_create_notebook(notebook.name, assignment)
@@ -71,6 +76,19 @@ def definition(root: Path, url: str, assignment: str) -> Assignment:
                             source=cell.source, checksum=cell.checksum)
         gradebook = copy.read_bytes()
     return Assignment(assignment, (root / "nbgrader_config.py").read_bytes(), release, gradebook)
+
+
+def _stamp_schema(path: Path, source) -> None:
+    """Give a new gradebook file the source's schema version before nbgrader opens it.
+
+    On an empty database nbgrader asks `alembic heads` (a subprocess, about 3 s) for the version
+    to stamp; the source gradebook already holds it."""
+    from sqlalchemy import text
+
+    version = source.db.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        db.execute("INSERT INTO alembic_version (version_num) VALUES (?)", (version,))
 
 
 def submission(folder: Path, student: str) -> Submission:
@@ -126,6 +144,8 @@ class LocalWorkers:
     def __init__(self, jobs: int) -> None:
         self._pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=warm_up)
+        for _ in range(jobs):  # the pool starts a process per task it has no idle worker for: all of them, now
+            self._pool.submit(os.getpid)
 
     def grade(self, assignment: Assignment, submissions: list[Submission], sandbox: bool) -> Iterator[tuple[str, dict | BaseException]]:
         """(student, outcome or the error that stopped its grading), in the order they finish."""

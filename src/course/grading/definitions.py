@@ -70,6 +70,17 @@ def _top_level(source: str) -> list[ast.stmt]:
         return []
 
 
+def imported_modules(source: str) -> set[str]:
+    """Modules a cell imports at top level (relative and drawing imports left out)."""
+    found: set[str] = set()
+    for node in _top_level(source):
+        if isinstance(node, ast.Import) and not draws(node):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and not draws(node):
+            found.add(node.module)
+    return found
+
+
 def bound_names(source: str) -> set[str]:
     """Top-level names a cell binds (what the course's own cells define)."""
     names: set[str] = set()

@@ -2,10 +2,13 @@
 
 Two kinds of guard, both run inside the checker process:
 
-* `Snapshot`: taken after the course's helpers are loaded and before learner code runs; compared
-  after the check. Any helper rebound or given new code (in the cell's namespace, in a loaded
-  module, in builtins), a trace, profile or exception hook installed, or a module swapped in
-  `sys.modules` is "tampering detected".
+* `snapshot`: taken after the course's helpers are loaded and before learner code runs; compared
+  after the check. Any helper rebound or given new code, defaults or closure contents (in a loaded
+  module, in builtins), any value of the course's own modules rebound (a constant such as the
+  list of dunders `check_class` refuses included), a trace, profile or exception hook installed,
+  or a module swapped in `sys.modules` is "tampering detected".
+* `frozen`: the same for the functions the check itself calls (`expect`, the guards around the
+  learner's functions): learner code can reach them, and a closure cell is writable from Python.
 * `honest`: values a learner function hands back must be plain data (exact built-in types,
   dataclasses whose comparison is the generated one, runtime types). An object that "equals
   everything" is refused before any check can compare it.
@@ -18,8 +21,7 @@ import dataclasses
 import sys
 import threading
 import types
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 PLAIN = (str, int, float, bool, bytes, type(None))
 CONTAINERS = (list, tuple, set, frozenset)
@@ -31,8 +33,8 @@ DISHONEST = (
     "__instancecheck__", "__subclasscheck__", "__class__",
 )
 GENERATED = ("__eq__", "__hash__", "__lt__", "__le__", "__gt__", "__ge__")
-TRUSTED_TYPE_MODULES = ("sovereign_agent", "reference_organizations", "course", "sqlite3", "pathlib", "datetime", "uuid")
-HOOKS = ("gettrace", "getprofile")
+OWN_MODULES = ("sovereign_agent", "reference_organizations", "course")
+TRUSTED_TYPE_MODULES = (*OWN_MODULES, "sqlite3", "pathlib", "datetime", "uuid")
 HOOK_ATTRIBUTES = ("excepthook", "displayhook", "breakpointhook", "unraisablehook")
 
 
@@ -40,83 +42,119 @@ class Dishonest(Exception):
     """A learner value that is not plain data."""
 
 
-@dataclass
-class Snapshot:
-    """Identities of everything the checks rely on, at one moment."""
+def snapshot() -> Callable[[], list[str]]:
+    """Record the identities of everything the checks rely on; return `changes`.
 
-    builtins: dict[str, Any] = field(default_factory=dict)
-    hooks: dict[str, int] = field(default_factory=dict)
-    modules: dict[str, int] = field(default_factory=dict)
-    callables: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    `changes()` says, in words, what differs since (empty when nothing did). It is a closure over
+    what it needs, bound now: learner code that rebinds a name in this module (or `sys.modules`,
+    or a builtin) changes nothing about how the comparison runs. Builtins and hooks are compared
+    and put back first, so the rest of the check's verdict runs on the real ones.
+    """
+    real_builtins, real_modules, real_sys, real_threading = vars(builtins), sys.modules, sys, threading
+    kept_builtins, hooks, read_hooks = dict(real_builtins), _hooks(), _hooks
+    modules: dict[str, int] = {}
+    recorded: dict[tuple[str, tuple[str, ...]], tuple] = {}
+    for name, module in list(real_modules.items()):
+        if module is None:
+            continue
+        modules[name] = id(module)
+        own = name.split(".")[0] in OWN_MODULES
+        for attr, value in list(getattr(module, "__dict__", {}).items()):
+            _record(recorded, (name, (attr,)), value, own)
+            if isinstance(value, type) and value.__module__ == name:
+                for member, inner in list(vars(value).items()):
+                    _record(recorded, (name, (attr, member)), inner, own)
+    # Every name `changes` uses is one of these locals: a global could be rebound by learner code.
+    identity, attribute, kind, missing, holders = id, getattr, type, _MISSING, (dict, types.MappingProxyType)
+    settrace, setprofile, hook_names, fingerprint = sys.settrace, sys.setprofile, HOOK_ATTRIBUTES, _fingerprint
+    builtin_names, module_type = frozenset(kept_builtins), types.ModuleType
+    shadows = {name: builtin_names & module.__dict__.keys() for name, module in list(real_modules.items())
+               if module is not None and kind(attribute(module, "__dict__", None)) is dict}
 
-    @classmethod
-    def take(cls) -> Snapshot:
-        snap = cls()
-        snap.builtins = dict(vars(builtins))
-        snap.hooks = _hooks()
-        for name, module in list(sys.modules.items()):
-            if module is None:
-                continue
-            snap.modules[name] = id(module)
-            for attr, value in list(getattr(module, "__dict__", {}).items()):
-                _record(snap.callables, (name, attr), value)
-                if isinstance(value, type) and value.__module__ == name:
-                    for member, inner in list(vars(value).items()):
-                        _record(snap.callables, (name, f"{attr}.{member}"), inner)
-        return snap
-
-    def changes(self) -> list[str]:
-        """What differs now, in words (empty when nothing the checks rely on changed).
-
-        Builtins and hooks are compared and put back first, with nothing but `is` and dict
-        methods, so the rest of the comparison (and the verdict) runs on the real ones.
-        """
-        current = vars(builtins)
-        found = [f"builtin {name!r} replaced" for name, value in self.builtins.items()
-                 if name not in current or current[name] is not value]
-        current.update(self.builtins)
-        hooks = _hooks()
-        sys.settrace(None)
-        sys.setprofile(None)
-        threading.settrace(None)
-        threading.setprofile(None)
-        found += [f"{name} changed" for name, identity in self.hooks.items() if hooks.get(name) != identity]
-        for name, identity in self.modules.items():
-            if name in sys.modules and id(sys.modules[name]) != identity:
-                found.append(f"module {name!r} swapped")
-        for (module, attr), (identity, code) in self.callables.items():
-            value = _lookup(module, attr)
-            if value is _MISSING:
+    def changes() -> list[str]:
+        found = [f"builtin {name!r} replaced" for name, value in kept_builtins.items()
+                 if name not in real_builtins or real_builtins[name] is not value]
+        real_builtins.update(kept_builtins)
+        now = read_hooks(real_sys, real_threading, hook_names, identity, attribute)
+        found += [f"{name} changed" for name, before in hooks.items() if now.get(name) != before]
+        if now["gettrace"] != hooks["gettrace"]:
+            settrace(None)
+        if now["getprofile"] != hooks["getprofile"]:
+            setprofile(None)
+        for name, before in shadows.items():
+            names = attribute(real_modules.get(name), "__dict__", None)
+            if kind(names) is dict:  # a submodule imported since (encodings.ascii) is not a shadow
+                found += [f"{name}.{shadow} shadows the builtin" for shadow in (builtin_names & names.keys()) - before
+                          if kind(names[shadow]) is not module_type]
+        found += [f"module {name!r} swapped" for name, before in modules.items()
+                  if name in real_modules and identity(real_modules[name]) != before]
+        for (module, path), (before, deep) in recorded.items():
+            value = real_modules.get(module, missing)
+            for part in path:
+                holder = attribute(value, "__dict__", None) if value is not missing else None
+                value = holder.get(part, missing) if kind(holder) in holders else missing
+            if value is missing:
                 continue  # deleted caches or lazily dropped names: nothing the checks call
-            if id(value) != identity or id(getattr(value, "__code__", None)) != code:
-                found.append(f"{module}.{attr} replaced")
+            if fingerprint(value, deep) != before:
+                found.append(f"{module}.{'.'.join(path)} replaced")
         return found
+
+    return changes
 
 
 _MISSING = object()
+RECORDED = (types.FunctionType, types.BuiltinFunctionType, type, types.MethodType)
 
 
-def _record(table: dict, key: tuple[str, str], value: Any) -> None:
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type, types.MethodType)):
-        table[key] = (id(value), id(getattr(value, "__code__", None)))
+def _record(table: dict, key: tuple, value: Any, own: bool) -> None:
+    """Functions and classes of every module; every value of the course's own modules, deeply
+    (but for the contents of a private container, a cache that grows as the checks run)."""
+    if own or isinstance(value, RECORDED):
+        deep = own and not (key[1][-1].startswith("_") and isinstance(value, (list, dict, set)))
+        table[key] = (_fingerprint(value, deep), deep)
 
 
-def _lookup(module: str, attr: str) -> Any:
-    target: Any = sys.modules.get(module, _MISSING)
-    for part in attr.split("."):
-        if target is _MISSING:
-            return _MISSING
-        holder = getattr(target, "__dict__", None)
-        target = holder.get(part, _MISSING) if holder is not None else _MISSING
-    return target
+def _fingerprint(value: Any, deep: bool, identity=id, attribute=getattr, kind=type, empty=ValueError,
+                 shallow=(list, dict)) -> tuple:
+    """What decides how `value` behaves: its identity and code; with `deep`, also a function's
+    defaults and closure contents, and a list's or dict's items. Builtins are bound as defaults
+    (setting a function's defaults is refused while a check runs)."""
+    code = attribute(value, "__code__", None)
+    if not deep:
+        return identity(value), identity(code)
+    cells = []
+    for cell in attribute(value, "__closure__", None) or ():
+        try:
+            cells.append(identity(cell.cell_contents))
+        except empty:
+            cells.append(None)
+    keywords = attribute(value, "__kwdefaults__", None)
+    items = [(k, identity(v)) for k, v in keywords.items()] if kind(keywords) is dict else []
+    if kind(value) is shallow[0]:
+        items = [identity(v) for v in value]
+    elif kind(value) is shallow[1]:
+        items = [(k, identity(v)) for k, v in value.items()]
+    return identity(value), identity(code), identity(attribute(value, "__defaults__", None)), cells, items
 
 
-def _hooks() -> dict[str, int]:
-    found = {name: id(getattr(sys, name)()) for name in HOOKS}
-    found.update({name: id(getattr(sys, name)) for name in HOOK_ATTRIBUTES})
-    found["threading trace"] = id(getattr(threading, "_trace_hook", None))
-    found["threading profile"] = id(getattr(threading, "_profile_hook", None))
-    return found
+def frozen(functions: list[Any], fingerprint=_fingerprint) -> Callable[[], list[str]]:
+    """Record how each of `functions` runs (code, defaults, closure); return what changed since."""
+    pairs = [(getattr(function, "__name__", "?"), function, fingerprint(function, True)) for function in functions]
+
+    def changed() -> list[str]:
+        return [f"the check's `{name}` was rewritten" for name, function, was in pairs if fingerprint(function, True) != was]
+
+    return changed
+
+
+def _hooks(real_sys=sys, real_threading=threading, names=HOOK_ATTRIBUTES, identity=id, attribute=getattr) -> dict[str, int]:
+    """Identities of the interpreter's hooks (`changes` passes what it kept, never a global)."""
+    return {
+        "gettrace": identity(real_sys.gettrace()), "getprofile": identity(real_sys.getprofile()),
+        **{name: identity(attribute(real_sys, name)) for name in names},
+        "threading trace": identity(attribute(real_threading, "_trace_hook", None)),
+        "threading profile": identity(attribute(real_threading, "_profile_hook", None)),
+    }
 
 
 def honest(value: Any, depth: int = 0) -> None:

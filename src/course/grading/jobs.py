@@ -13,18 +13,23 @@ import json
 import marshal
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course.grading.definitions import defined_names, straight_line_calls
-from course.grading.sandbox import WORKDIR, Sandbox, sandbox_disabled
+from course.grading import seal
+from course.grading.checkserver import CheckServer, ServerGone
+from course.grading.definitions import defined_names, imported_modules, straight_line_calls
+from course.grading.sandbox import WORKDIR, Limits, Sandbox, sandbox_disabled
 
 RESULT_LIMIT = 64 * 1024  # bytes of verdict the grader reads from a checker
 BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
@@ -91,8 +96,8 @@ def build_job(notebook: str, check: CourseCell, cells: list[CourseCell], submiss
 
 # Checkers running at once in one grading process (one student at a time): more than the cores,
 # since many checks spend their time waiting (a real lease running out, a supplier holding its
-# answer), not computing; each checker is bounded by its own cgroup.
-CHECKS_AT_ONCE = 4
+# answer), not computing.
+CHECKS_AT_ONCE = 8
 _checkers: list[ThreadPoolExecutor] = []  # one pool per process, made on first use
 
 
@@ -103,10 +108,14 @@ def _pool() -> ThreadPoolExecutor:
 
 
 class PendingChecks:
-    """Checker processes running (or queued) in the background; `results()` waits for all of them."""
+    """A group's checks running (or queued) in the background; `results()` waits for all of them.
+
+    The group shares one check server (course.grading.checkserver), started with the first check
+    and stopped after the last."""
 
     def __init__(self, jobs: list[dict], submitted: Path, release: Path, timeout: float) -> None:
-        self._futures = {job["cell"]: _pool().submit(run_check, job, submitted, release, timeout) for job in jobs}
+        self._group = CheckGroup(submitted, release, len(jobs), course_imports(jobs))
+        self._futures = {job["cell"]: _pool().submit(self._group.check, job, timeout) for job in jobs}
 
     def results(self) -> dict[str, dict]:
         return {cell: future.result() for cell, future in self._futures.items()}
@@ -121,79 +130,137 @@ def notebook_checks(notebook: str, release: Path, sources: dict[str, str], submi
     cells = course_cells(json.loads((release / f"{notebook}.ipynb").read_text()), sources)
     checks = autograded(cells)
     built = [build_job(notebook, check, cells, submission_cells) for check in checks]
-    return start_checks(built, submitted, release, timeout), {c.grade_id: c.source for c in checks}
+    return PendingChecks(built, submitted, release, timeout), {c.grade_id: c.source for c in checks}
 
 
-def start_checks(jobs: list[dict], submitted: Path, release: Path, timeout: float) -> PendingChecks:
-    return PendingChecks(jobs, submitted, release, timeout)
+def course_imports(jobs: list[dict]) -> list[str]:
+    """What the course's cells of these jobs import: the check server loads it once, before any fork."""
+    return sorted({module for job in jobs for cell in job["course_cells"] for module in imported_modules(cell["source"])})
 
 
 def run_checks(jobs: list[dict], submitted: Path, release: Path, timeout: float) -> dict[str, dict]:
     """Run every job in its own checker process, side by side; return verdicts by cell."""
-    return start_checks(jobs, submitted, release, timeout).results()
+    return PendingChecks(jobs, submitted, release, timeout).results()
 
 
-def run_check(job: dict, submitted: Path, release: Path, timeout: float) -> dict:
-    """One fresh checker: in the sandbox, or as a plain child with --no-sandbox."""
-    submitted, release = Path(submitted).resolve(), Path(release).resolve()
-    with tempfile.TemporaryDirectory(prefix="ch12-check-") as scratch:
-        argv = [sys.executable, "-I", "-m", "course.grading.checker"]
-        env = {"COURSE_RELEASE": RELEASE_INSIDE}
+class CheckGroup:
+    """One check server for `count` checks of one student: in the sandbox, or as a plain child with
+    --no-sandbox. A server a check has killed is replaced for the checks still to start."""
+
+    def __init__(self, submitted: Path, release: Path, count: int, preload: list[str] = ()) -> None:
+        self._preload = list(preload)
+        self._submitted, self._release = Path(submitted).resolve(), Path(release).resolve()
+        self._left, self._lock = count, threading.Lock()
+        self._server: CheckServer | None = None
+        self._resources = ExitStack()
+
+    def check(self, job: dict, timeout: float) -> dict:
+        key = seal.new_key()
+        try:
+            return self._run(key, key.hex().encode() + b"\n" + json.dumps(job).encode(), timeout)
+        finally:
+            with self._lock:
+                self._left -= 1
+                if self._left == 0:
+                    self._stop()
+
+    def _run(self, key: bytes, payload: bytes, timeout: float) -> dict:
+        server = self._running()
+        data, finished = _one_check(server, payload, timeout)
+        if finished and not data and _ended(server):
+            # Its sandbox ended under it, maybe killed by a sibling check: run it again, alone.
+            with ExitStack() as resources:
+                alone = self._start(resources)
+                try:
+                    data, finished = _one_check(alone, payload, timeout)
+                finally:
+                    alone.close()
+        if finished is None:
+            return failure("CheckerError", "the check could not start: its sandbox ended before it")
+        if not finished:
+            return failure("CheckTimeout", f"the check did not finish within {timeout:g} s and was stopped")
+        if len(data) > RESULT_LIMIT:
+            return failure("CheckerError", "the check wrote more than the grader reads; it was not graded")
+        return read_verdict(key, data)
+
+    def _running(self) -> CheckServer:
+        with self._lock:
+            if self._server is None or self._server.process.poll() is not None:
+                self._stop()
+                self._resources = ExitStack()
+                self._server = self._start(self._resources)
+            return self._server
+
+    def _start(self, resources: ExitStack) -> CheckServer:
+        argv = [sys.executable, "-I", "-m", "course.grading.checkserver", *self._preload]
+        scratch = Path(resources.enter_context(tempfile.TemporaryDirectory(prefix="ch12-checks-")))
         if sandbox_disabled():
-            work = Path(scratch) / "work"
-            shutil.copytree(submitted, work)
-            command, cwd = argv, work
-            env = {**os.environ, "COURSE_RELEASE": str(release), "MPLBACKEND": "Agg"}
-        else:
-            files = {f"{WORKDIR}/{p.name}": str(p) for p in sorted(submitted.glob("*.ipynb"))}
-            files.update({f"{RELEASE_INSIDE}/{p.name}": str(p) for p in sorted(release.glob("*.ipynb"))})
-            with Sandbox(files=files, env=env).bounded() as sandbox:
-                return _run(sandbox.command(argv), scratch, {}, json.dumps(job).encode(), timeout)
-        return _run(command, cwd, env, json.dumps(job).encode(), timeout)
+            work = scratch / "work"
+            shutil.copytree(self._submitted, work)
+            env = {**os.environ, "COURSE_RELEASE": str(self._release), "MPLBACKEND": "Agg"}
+            return CheckServer(argv, work, env)
+        files = {f"{WORKDIR}/{p.name}": str(p) for p in sorted(self._submitted.glob("*.ipynb"))}
+        files.update({f"{RELEASE_INSIDE}/{p.name}": str(p) for p in sorted(self._release.glob("*.ipynb"))})
+        sandbox = Sandbox(files=files, env={"COURSE_RELEASE": RELEASE_INSIDE}, limits=Limits(cores=CHECKS_AT_ONCE))
+        resources.enter_context(sandbox.bounded())
+        return CheckServer(sandbox.command(argv), scratch, {})
+
+    def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        self._resources.close()
 
 
-def _run(command: list[str], cwd, env: dict, payload: bytes, timeout: float) -> dict:
-    """Start the checker, feed it the job, read at most RESULT_LIMIT bytes, wait (bounded)."""
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
-    received: list[bytes] = []
-    reader = threading.Thread(target=lambda: received.append(process.stdout.read(RESULT_LIMIT + 1)), daemon=True)
-    reader.start()
+def _one_check(server: CheckServer, payload: bytes, timeout: float) -> tuple[bytes, bool | None]:
+    """(what the check wrote, whether it ended in time); (b"", None) if it could not start."""
     try:
-        process.stdin.write(payload)
-        process.stdin.close()
-    except BrokenPipeError:
-        pass
+        ident, verdict = server.start(payload)
+    except ServerGone:
+        return b"", None
+    data, finished = _read_bounded(verdict, timeout)
+    if not finished:
+        server.kill(ident)
+    return data, finished
+
+
+def _ended(server: CheckServer, grace: float = 2.0) -> bool:
+    """Whether the server (and so the sandbox) is gone, allowing it `grace` seconds to finish dying."""
     try:
-        process.wait(timeout)
+        server.process.wait(grace)
+        return True
     except subprocess.TimeoutExpired:
-        _kill(process)
-        return failure("CheckTimeout", f"the check did not finish within {timeout:g} s and was stopped")
-    reader.join(5)
-    _kill(process)
-    data = received[0] if received else b""
-    if len(data) > RESULT_LIMIT:
-        return failure("CheckerError", "the check wrote more than the grader reads; it was not graded")
-    try:
-        verdict = json.loads(data.decode())
-        if not isinstance(verdict, dict) or not isinstance(verdict.get("passed"), bool):
-            raise ValueError("not a verdict")
-    except (ValueError, UnicodeDecodeError):
-        return failure("CheckerError", f"the check ended without a verdict (exit status {process.returncode})")
-    return verdict
+        return False
 
 
-def _kill(process: subprocess.Popen) -> None:
-    """The checker's whole session: the sandbox (and what it holds) or the plain child's group."""
-    try:
-        os.killpg(process.pid, 9)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
-    process.stdout.close()
+def _read_bounded(fd: int, timeout: float) -> tuple[bytes, bool]:
+    """Read a verdict pipe to its end, at most RESULT_LIMIT + 1 bytes: (data, ended in time)."""
+    deadline = time.monotonic() + timeout
+    chunks, size = [], 0
+    with open(fd, "rb", buffering=0) as pipe:
+        while size <= RESULT_LIMIT:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                return b"".join(chunks), False
+            chunk = pipe.read(RESULT_LIMIT + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks), True
+
+
+def read_verdict(key: bytes, data: bytes) -> dict:
+    """The checker's sealed verdict; anything else written to the pipe is learner code's forgery."""
+    if not data:
+        return failure("CheckerError", "the check ended without a verdict (its process was killed or exited)")
+    payload = seal.unseal(key, data)
+    if payload is None:
+        return {**failure("TamperingDetected", "tampering detected: the check's verdict was not written by the checker"),
+                "tampering": True}
+    flags, ename, message = payload.split("\n", 2)
+    passed, tampering = (flag == "1" for flag in flags.split(" "))
+    return {"passed": passed, "tampering": tampering, "ename": ename, "message": message}
 
 
 def failure(ename: str, message: str) -> dict:

@@ -16,13 +16,36 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import HBChannel
 from jupyter_client.manager import AsyncKernelManager
-from traitlets import Instance, Unicode
+from traitlets import DottedObjectName, Instance, Type, Unicode
 
 from course.grading.sandbox import Sandbox
 
 INSIDE_CONNECTION = "/run/kernel/connection.json"
 INSIDE_SOCKETS = "/run/kernel/sockets"
+HEARTBEAT_STOP_SECONDS = 5.0
+
+
+class BoundedHeartbeat(HBChannel):
+    """A heartbeat whose `stop` gives up after HEARTBEAT_STOP_SECONDS.
+
+    Once the kernel's sandbox is gone, the heartbeat reconnects its REQ socket to an ipc path that
+    no longer exists, and its next `send` waits for a peer that never comes; jupyter_client's own
+    `stop` then joins that thread forever and the whole grading worker hangs (seen with a kernel
+    that a submission killed). The thread is a daemon: left waiting, it ends with the worker."""
+
+    def stop(self) -> None:
+        self._running = False
+        self._exit.set()
+        self.join(HEARTBEAT_STOP_SECONDS)
+        if not self.is_alive():
+            self.close()
+
+
+class SandboxedKernelClient(AsyncKernelClient):
+    hb_channel_class = Type(BoundedHeartbeat)
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -30,6 +53,8 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     sandbox = Instance(Sandbox, allow_none=True)
     scratch = Unicode("")  # a private host folder for the connection file
+    client_class = DottedObjectName("course.grading.kernel.SandboxedKernelClient")
+    client_factory = Type(SandboxedKernelClient)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

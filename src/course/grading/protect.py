@@ -88,12 +88,21 @@ class StripHiddenTests(NbGraderPreprocessor):
 OBSERVATION_NOT_RERUN = ("[not re-run at grading: an observation (the course's own experiment) decides no points; "
                          "you saw its output in your own notebook]\n")
 
+COURSE_ONLY_NOT_RUN = ("[not run at grading: this notebook holds no code of yours (its code cells are the course's "
+                       "own), so running it could not change a grade]\n")
+
 
 def decided_outside(cell) -> bool:
     """A graded test cell: its own checker decides it and its verdict replaces its outputs, so
     running it in the learner's kernel as well would only repeat the work for outputs nobody keeps."""
     grading = cell.get("metadata", {}).get("nbgrader", {})
     return cell.get("cell_type") == "code" and bool(grading.get("grade")) and not grading.get("solution")
+
+
+def learners_code(cell) -> bool:
+    """A code cell the learner wrote: an answer cell, or one they added (nothing of theirs is locked)."""
+    grading = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and (bool(grading.get("solution")) or not grading.get("locked"))
 
 
 def observation(cell) -> bool:
@@ -113,6 +122,8 @@ class SandboxedExecute(Execute):
         self._scratch = None
         self._kernel_lost = False
         self._output_sizes: dict[int, int] = {}
+        if not any(learners_code(cell) for cell in nb.cells):
+            return self._course_only(nb), resources
         if sandbox_disabled():
             return super().preprocess(nb, resources, km)
         ensure_available()
@@ -124,6 +135,15 @@ class SandboxedExecute(Execute):
                 return super().preprocess(nb, resources, km)
         finally:
             shutil.rmtree(self._scratch, ignore_errors=True)
+
+    @staticmethod
+    def _course_only(nb):
+        """A notebook with none of the learner's code (after OverwriteCells restored the locked
+        cells, every cell is the course's): no kernel, since running it could decide nothing."""
+        for cell in nb.cells:
+            if cell.cell_type == "code" and not decided_outside(cell):
+                cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=COURSE_ONLY_NOT_RUN)]
+        return nb
 
     def preprocess_cell(self, cell, resources, index):
         """A kernel that died or stopped answering costs the rest of the run, not the grade.

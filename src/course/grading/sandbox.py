@@ -56,6 +56,7 @@ class Limits:
     workdir_bytes: int = 256 * MiB  # the tmpfs working folder
     tmp_bytes: int = 128 * MiB  # /tmp
     group_memory_bytes: int = 6 * 1024 * MiB  # all of the sandbox's processes together (cgroup)
+    cores: int = 1  # CPU time, in cores, for all of them together (cgroup)
 
 
 @dataclass
@@ -77,7 +78,7 @@ class Sandbox:
     @contextmanager
     def bounded(self) -> Iterator[Sandbox]:
         """This sandbox with its own cgroup (when the machine allows one) for as long as it runs."""
-        self.cgroup = Cgroup.create(self.limits.tasks, self.limits.group_memory_bytes)
+        self.cgroup = Cgroup.create(self.limits.tasks, self.limits.group_memory_bytes, self.limits.cores)
         try:
             yield self
         finally:
@@ -86,7 +87,9 @@ class Sandbox:
                 self.cgroup = None
 
     def bwrap_arguments(self) -> list[str]:
-        args = [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user", "--clearenv"]
+        # No capabilities inside: root in its own user namespace could otherwise ptrace, and so read,
+        # the checker next to it (the seal's key), although the checker is not dumpable.
+        args = [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user", "--clearenv", "--cap-drop", "ALL"]
         if self.network:
             args.append("--share-net")
         for folder in readable_folders():
