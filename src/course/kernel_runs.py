@@ -69,12 +69,14 @@ def watch(names: set[str] | None = None) -> None:
     """In a JupyterLab kernel, record every successful cell that defines one of `names`
     (default: the graded names of this notebook). Elsewhere, and when already watching, nothing."""
     session = os.environ.get("JPY_SESSION_NAME")
+    if not session or session in _watching:  # not a JupyterLab kernel (a checker, papermill, a script)
+        return
     try:
         from IPython import get_ipython
     except ImportError:
         return
     shell = get_ipython()
-    if not session or shell is None or session in _watching:
+    if shell is None:
         return
     notebook = Path(session)
     if names is None:

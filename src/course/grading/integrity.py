@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import operator
 import sys
 import threading
 import types
@@ -49,27 +50,41 @@ def snapshot() -> Callable[[], list[str]]:
     what it needs, bound now: learner code that rebinds a name in this module (or `sys.modules`,
     or a builtin) changes nothing about how the comparison runs. Builtins and hooks are compared
     and put back first, so the rest of the check's verdict runs on the real ones.
+
+    It runs twice per check over some 20,000 names: a namespace (a module's or a class's) whose
+    values are all still the same objects, in the same order, is passed over at C speed, and only
+    one that differs is compared name by name. The course's own are always compared name by name,
+    since a closure cell or a list can change while the object holding it stays the same.
     """
     real_builtins, real_modules, real_sys, real_threading = vars(builtins), sys.modules, sys, threading
     kept_builtins, hooks, read_hooks = dict(real_builtins), _hooks(), _hooks
     modules: dict[str, int] = {}
-    recorded: dict[tuple[str, tuple[str, ...]], tuple] = {}
+    groups: list[tuple[str, tuple[str, ...], bool, tuple, list]] = []  # (module, class path, deep, values, entries)
     for name, module in list(real_modules.items()):
         if module is None:
             continue
         modules[name] = id(module)
         own = name.split(".")[0] in OWN_MODULES
-        for attr, value in list(getattr(module, "__dict__", {}).items()):
-            _record(recorded, (name, (attr,)), value, own)
+        names = getattr(module, "__dict__", {})
+        groups.append(_group(name, (), names, own))
+        for attr, value in list(names.items()):
             if isinstance(value, type) and value.__module__ == name:
-                for member, inner in list(vars(value).items()):
-                    _record(recorded, (name, (attr, member)), inner, own)
+                groups.append(_group(name, (attr,), vars(value), own))
     # Every name `changes` uses is one of these locals: a global could be rebound by learner code.
     identity, attribute, kind, missing, holders = id, getattr, type, _MISSING, (dict, types.MappingProxyType)
     settrace, setprofile, hook_names, fingerprint = sys.settrace, sys.setprofile, HOOK_ATTRIBUTES, _fingerprint
     builtin_names, module_type = frozenset(kept_builtins), types.ModuleType
+    same, each, every, values_of, is_a, recorded = operator.is_, map, all, tuple, isinstance, RECORDED
     shadows = {name: builtin_names & module.__dict__.keys() for name, module in list(real_modules.items())
                if module is not None and kind(attribute(module, "__dict__", None)) is dict}
+
+    def holder(module: str, path: tuple[str, ...]) -> Any:
+        value = real_modules.get(module, missing)
+        for part in path:
+            names = attribute(value, "__dict__", None) if value is not missing else None
+            value = names.get(part, missing) if kind(names) in holders else missing
+        names = attribute(value, "__dict__", None) if value is not missing else None
+        return names if kind(names) in holders else None
 
     def changes() -> list[str]:
         found = [f"builtin {name!r} replaced" for name, value in kept_builtins.items()
@@ -88,30 +103,45 @@ def snapshot() -> Callable[[], list[str]]:
                           if kind(names[shadow]) is not module_type]
         found += [f"module {name!r} swapped" for name, before in modules.items()
                   if name in real_modules and identity(real_modules[name]) != before]
-        for (module, path), (before, deep) in recorded.items():
-            value = real_modules.get(module, missing)
-            for part in path:
-                holder = attribute(value, "__dict__", None) if value is not missing else None
-                value = holder.get(part, missing) if kind(holder) in holders else missing
-            if value is missing:
-                continue  # deleted caches or lazily dropped names: nothing the checks call
-            if fingerprint(value, deep) != before:
-                found.append(f"{module}.{'.'.join(path)} replaced")
+        for module, path, deep, values, entries in groups:
+            names = holder(module, path)
+            if names is None:
+                continue  # a module or class dropped since: nothing the checks call
+            if not deep:
+                current = values_of(names.values())
+                if current.__len__() == values.__len__() and every(each(same, current, values)):
+                    continue
+                entries = [(attr, value) for attr, value in entries if is_a(value, recorded)]
+                found += [f"{module}.{'.'.join((*path, attr))} replaced" for attr, value in entries
+                          if names.get(attr, value) is not value]
+                continue
+            for attr, before, deep_entry in entries:
+                value = names.get(attr, missing)
+                if value is not missing and fingerprint(value, deep_entry) != before:
+                    found.append(f"{module}.{'.'.join((*path, attr))} replaced")
         return found
 
     return changes
 
 
+def _group(module: str, path: tuple[str, ...], names: Any, own: bool) -> tuple:
+    """One namespace's record: its values as they are now, and what `changes` compares by name.
+
+    The course's own: a fingerprint of every value (but the contents of a private container, a
+    cache that grows as the checks run). Any other: the values themselves (a function or a
+    class still the same object is still the same: its code cannot be replaced while a check runs)."""
+    items = tuple(names.items())
+    if not own:
+        return module, path, False, tuple(names.values()), items
+    entries = []
+    for attr, value in items:
+        deep = not (attr.startswith("_") and isinstance(value, (list, dict, set)))
+        entries.append((attr, _fingerprint(value, deep), deep))
+    return module, path, True, (), entries
+
+
 _MISSING = object()
 RECORDED = (types.FunctionType, types.BuiltinFunctionType, type, types.MethodType)
-
-
-def _record(table: dict, key: tuple, value: Any, own: bool) -> None:
-    """Functions and classes of every module; every value of the course's own modules, deeply
-    (but for the contents of a private container, a cache that grows as the checks run)."""
-    if own or isinstance(value, RECORDED):
-        deep = own and not (key[1][-1].startswith("_") and isinstance(value, (list, dict, set)))
-        table[key] = (_fingerprint(value, deep), deep)
 
 
 def _fingerprint(value: Any, deep: bool, identity=id, attribute=getattr, kind=type, empty=ValueError,
