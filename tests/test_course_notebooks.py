@@ -120,6 +120,13 @@ def test_autograde_gives_solutions_full_marks_and_the_untouched_release_zero(cou
             for notebook, part, score, maximum in graded:
                 expected = maximum if expect_full else 0
                 assert score == expected, f"{student}: {notebook}/{part} scored {score}, expected {expected}"
+    for name in NAMES:  # the complete submission's feedback shows no error in any cell (a course cell that
+        # needs an observation's data must be an observation itself: observations are not re-run)
+        solved = nbformat.read(course / "autograded" / "solved" / "ch12" / name, as_version=4)
+        errors = [(cell.metadata.get("nbgrader", {}).get("grade_id", ""), output.get("evalue", ""))
+                  for cell in solved.cells if cell.cell_type == "code"
+                  for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+        assert errors == [], f"{name}: cells of a complete submission show errors at grading: {errors}"
     for name in NAMES:  # the untouched release ran to the end: its last kernel cell has been executed
         autograded = nbformat.read(course / "autograded" / "untouched" / "ch12" / name, as_version=4)
         code = [cell for cell in autograded.cells if cell.cell_type == "code"]

@@ -10,6 +10,7 @@ checker runs in the sandbox and verifies its own helpers afterwards.
 from __future__ import annotations
 
 import ast
+import functools
 
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # What only draws. A check never draws, and importing pyplot costs about 0.6 s of a checker's
@@ -62,12 +63,15 @@ def is_constant(node: ast.expr) -> bool:
         return False
 
 
-def _top_level(source: str) -> list[ast.stmt]:
-    """A cell's top-level statements; none for a cell that does not parse."""
+@functools.lru_cache(maxsize=512)
+def _top_level(source: str) -> tuple[ast.stmt, ...]:
+    """A cell's top-level statements; none for a cell that does not parse. Cached: a notebook's
+    jobs ask the same questions of the same cells (28 jobs by some 20 course cells a student);
+    callers only read the nodes."""
     try:
-        return ast.parse(source).body
+        return tuple(ast.parse(source).body)
     except (SyntaxError, ValueError):
-        return []
+        return ()
 
 
 def imported_modules(source: str) -> set[str]:
