@@ -51,10 +51,8 @@ def snapshot() -> Callable[[], list[str]]:
     or a builtin) changes nothing about how the comparison runs. Builtins and hooks are compared
     and put back first, so the rest of the check's verdict runs on the real ones.
 
-    It runs twice per check over some 20,000 names: a namespace (a module's or a class's) whose
-    values are all still the same objects, in the same order, is passed over at C speed, and only
-    one that differs is compared name by name. The course's own are always compared name by name,
-    since a closure cell or a list can change while the object holding it stays the same.
+    It runs twice per check over some 20,000 names, so most of the comparison is `_replaced`'s
+    pass at C speed over namespaces that did not change.
     """
     real_builtins, real_modules, real_sys, real_threading = vars(builtins), sys.modules, sys, threading
     kept_builtins, hooks, read_hooks = dict(real_builtins), _hooks(), _hooks
@@ -71,20 +69,12 @@ def snapshot() -> Callable[[], list[str]]:
             if isinstance(value, type) and value.__module__ == name:
                 groups.append(_group(name, (attr,), vars(value), own))
     # Every name `changes` uses is one of these locals: a global could be rebound by learner code.
-    identity, attribute, kind, missing, holders = id, getattr, type, _MISSING, (dict, types.MappingProxyType)
-    settrace, setprofile, hook_names, fingerprint = sys.settrace, sys.setprofile, HOOK_ATTRIBUTES, _fingerprint
+    identity, attribute, kind = id, getattr, type
+    settrace, setprofile, hook_names = sys.settrace, sys.setprofile, HOOK_ATTRIBUTES
     builtin_names, module_type = frozenset(kept_builtins), types.ModuleType
-    same, each, every, values_of, is_a, recorded = operator.is_, map, all, tuple, isinstance, RECORDED
+    replaced = _replaced
     shadows = {name: builtin_names & module.__dict__.keys() for name, module in list(real_modules.items())
                if module is not None and kind(attribute(module, "__dict__", None)) is dict}
-
-    def holder(module: str, path: tuple[str, ...]) -> Any:
-        value = real_modules.get(module, missing)
-        for part in path:
-            names = attribute(value, "__dict__", None) if value is not missing else None
-            value = names.get(part, missing) if kind(names) in holders else missing
-        names = attribute(value, "__dict__", None) if value is not missing else None
-        return names if kind(names) in holders else None
 
     def changes() -> list[str]:
         found = [f"builtin {name!r} replaced" for name, value in kept_builtins.items()
@@ -103,23 +93,7 @@ def snapshot() -> Callable[[], list[str]]:
                           if kind(names[shadow]) is not module_type]
         found += [f"module {name!r} swapped" for name, before in modules.items()
                   if name in real_modules and identity(real_modules[name]) != before]
-        for module, path, deep, values, entries in groups:
-            names = holder(module, path)
-            if names is None:
-                continue  # a module or class dropped since: nothing the checks call
-            if not deep:
-                current = values_of(names.values())
-                if current.__len__() == values.__len__() and every(each(same, current, values)):
-                    continue
-                entries = [(attr, value) for attr, value in entries if is_a(value, recorded)]
-                found += [f"{module}.{'.'.join((*path, attr))} replaced" for attr, value in entries
-                          if names.get(attr, value) is not value]
-                continue
-            for attr, before, deep_entry in entries:
-                value = names.get(attr, missing)
-                if value is not missing and fingerprint(value, deep_entry) != before:
-                    found.append(f"{module}.{'.'.join((*path, attr))} replaced")
-        return found
+        return found + replaced(groups, real_modules)
 
     return changes
 
@@ -175,6 +149,36 @@ def frozen(functions: list[Any], fingerprint=_fingerprint) -> Callable[[], list[
         return [f"the check's `{name}` was rewritten" for name, function, was in pairs if fingerprint(function, True) != was]
 
     return changed
+
+
+def _replaced(groups: list[tuple], modules: dict, fingerprint=_fingerprint, attribute=getattr, kind=type,
+              holders=(dict, types.MappingProxyType), same=operator.is_, each=map, every=all, values_of=tuple,
+              is_a=isinstance, recorded=RECORDED, missing=_MISSING) -> list[str]:
+    """What `changes` says of the recorded namespaces: every name rebound, or (the course's own)
+    given new code, defaults or contents. A namespace whose values are all still the same objects,
+    in the same order, is passed over at C speed. It runs after learner code: what it uses are
+    its defaults, bound when this module loaded."""
+    found = []
+    for module, path, deep, values, entries in groups:
+        value = modules.get(module, missing)
+        for part in path:
+            holder = attribute(value, "__dict__", None)
+            value = holder.get(part, missing) if kind(holder) in holders else missing
+        names = attribute(value, "__dict__", None)
+        if kind(names) not in holders:
+            continue  # a module or class dropped since: nothing the checks call
+        if not deep:
+            current = values_of(names.values())
+            if current.__len__() == values.__len__() and every(each(same, current, values)):
+                continue
+            found += [f"{module}.{'.'.join((*path, attr))} replaced" for attr, value in entries
+                      if is_a(value, recorded) and names.get(attr, value) is not value]
+            continue
+        for attr, before, deep_entry in entries:
+            value = names.get(attr, missing)
+            if value is not missing and fingerprint(value, deep_entry) != before:
+                found.append(f"{module}.{'.'.join((*path, attr))} replaced")
+    return found
 
 
 def _hooks(real_sys=sys, real_threading=threading, names=HOOK_ATTRIBUTES, identity=id, attribute=getattr) -> dict[str, int]:
