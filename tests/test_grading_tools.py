@@ -288,3 +288,24 @@ def test_recording_a_result_again_changes_nothing(course, tmp_path):
         assert sorted(s.id for s in gb.students) == sorted(STUDENTS)
         assert len(gb.find_assignment(commands.ASSIGNMENT).submissions) == len(STUDENTS)
         assert gb.find_submission(commands.ASSIGNMENT, "partial").score == 1
+
+
+def test_a_course_installed_below_tmp_is_seen_in_the_sandbox_and_cannot_be_written(tmp_path, monkeypatch):
+    """The sandbox has a /tmp of its own; a clone of the course under the host's /tmp (its Python
+    environment and packages) must still be bound into it, read-only."""
+    from course.grading import sandbox
+
+    sandbox.ensure_available()
+    installed = tmp_path / "clone"
+    installed.mkdir()
+    (installed / "marker.txt").write_text("the course's files")
+    folders = sandbox.readable_folders()
+    monkeypatch.setattr(sandbox, "readable_folders", lambda: (*folders, str(installed)))
+    probe = ("import pathlib, sys\nprint(pathlib.Path(sys.argv[1], 'marker.txt').read_text())\n"
+             "try:\n    pathlib.Path(sys.argv[1], 'written.txt').write_text('x')\nexcept OSError as error:\n"
+             "    print(type(error).__name__)\n")
+    done = subprocess.run(sandbox.Sandbox().command([sys.executable, "-c", probe, str(installed)]),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert done.stdout.split("\n")[:2] == ["the course's files", "OSError"], done.stdout
+    assert not (installed / "written.txt").exists()

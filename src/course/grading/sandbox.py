@@ -92,11 +92,12 @@ class Sandbox:
         args = [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user", "--clearenv", "--cap-drop", "ALL"]
         if self.network:
             args.append("--share-net")
+        # /tmp first, so that a course installed below /tmp (a clone there) is bound on top of it, not hidden.
+        args += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         for folder in readable_folders():
             args += ["--ro-bind", folder, folder]
         args += ["--dev", "/dev", "--proc", "/proc"]
-        tmpfs = {"/tmp": self.limits.tmp_bytes, WORKDIR: self.limits.workdir_bytes, **self.tmpfs}
-        for inside, size in tmpfs.items():
+        for inside, size in {WORKDIR: self.limits.workdir_bytes, **self.tmpfs}.items():
             args += ["--size", str(size), "--tmpfs", inside]
         for inside, host in self.files.items():
             args += ["--ro-bind", host, inside]
