@@ -112,12 +112,8 @@ def straight_line_calls(source: str, function: str) -> int:
     The checker compares this with the calls its own helper saw; fewer means the helper was
     bypassed while the check ran.
     """
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return 0
     count = 0
-    for node in tree.body:
+    for node in _top_level(source):  # the same checks for every student: parsed once per worker
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             call = node.value
             if isinstance(call.func, ast.Name) and call.func.id == function:
