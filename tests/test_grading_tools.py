@@ -309,3 +309,11 @@ def test_a_course_installed_below_tmp_is_seen_in_the_sandbox_and_cannot_be_writt
     assert done.returncode == 0, done.stderr[-1000:]
     assert done.stdout.split("\n")[:2] == ["the course's files", "OSError"], done.stdout
     assert not (installed / "written.txt").exists()
+
+
+def test_a_worker_starts_the_checks_that_took_longest_last_time_first(monkeypatch):
+    from course.grading import jobs
+
+    monkeypatch.setattr(jobs, "last_seconds", {("04", "slow"): 4.5, ("01", "quick"): 0.2, ("02", "middle"): 1.0})
+    batch = [{"notebook": n, "cell": c} for n, c in (("01", "quick"), ("02", "new"), ("04", "slow"), ("02", "middle"))]
+    assert [job["cell"] for job in jobs.longest_first(batch)] == ["slow", "middle", "quick", "new"]
