@@ -1,4 +1,4 @@
-"""One sandbox per notebook's checks, one forked process per check: what a check can do to the rest.
+"""One sandbox per student's checks, one forked process per check: what a check can do to the rest.
 
 Each test grades `01_claims` with the solution's answers except a hostile `claim`, through the
 real sandbox and check server (`checked_answers.verdicts`), and asserts on the verdicts and on
@@ -70,3 +70,36 @@ def test_checks_of_one_group_each_get_a_temporary_folder_of_their_own():
     assert len(folders) == len(pids) == len(said), said
     assert all("'mine'" not in seen for _, _, seen in said), said  # nothing of a sibling's
     assert all(not os.path.exists(folder) or folder.startswith("/tmp/check-") for folder in folders)
+
+
+def test_one_students_notebooks_share_one_check_server_and_each_gets_its_own_verdicts(monkeypatch, tmp_path):
+    """A grading unit starts all of a student's checks at once, in one sandbox (a server costs a
+    Python start and the course's imports); the verdicts still go back to their own notebook."""
+    import json
+    import shutil
+
+    from checked_answers import RELEASE, SOLUTIONS
+    from course.grading import jobs
+
+    started = []
+
+    class CountedServer(jobs.CheckServer):
+        def __init__(self, *args, **kwargs):
+            started.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(jobs, "CheckServer", CountedServer)
+    for path in SOLUTIONS.glob("*.ipynb"):
+        shutil.copy(path, tmp_path / path.name)
+    built = {}
+    for notebook in ("01_claims", "02_fencing"):
+        cells = json.loads((SOLUTIONS / f"{notebook}.ipynb").read_text())["cells"]
+        full = {c["metadata"]["nbgrader"]["grade_id"]: jobs.cell_text(c["source"]) for c in cells
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
+        built[notebook], _ = jobs.notebook_jobs(notebook, RELEASE, full, cells)
+    pending = jobs.start_checks(built, tmp_path, RELEASE, timeout=120)
+    found = {notebook: checks.results() for notebook, checks in pending.items()}
+    assert len(started) == 1, started
+    assert {n: sorted(v) for n, v in found.items()} == {n: sorted(j["cell"] for j in b) for n, b in built.items()}
+    assert {n: [c for c, v in verdicts.items() if not v["passed"]] for n, verdicts in found.items()} == {
+        "01_claims": [], "02_fencing": []}

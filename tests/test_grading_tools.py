@@ -317,3 +317,81 @@ def test_a_worker_starts_the_checks_that_took_longest_last_time_first(monkeypatc
     monkeypatch.setattr(jobs, "last_seconds", {("04", "slow"): 4.5, ("01", "quick"): 0.2, ("02", "middle"): 1.0})
     batch = [{"notebook": n, "cell": c} for n, c in (("01", "quick"), ("02", "new"), ("04", "slow"), ("02", "middle"))]
     assert [job["cell"] for job in jobs.longest_first(batch)] == ["slow", "middle", "quick", "new"]
+
+
+def test_a_grading_kernel_starts_without_the_debugger():
+    """The kernel's sandbox has an empty folder over debugpy, so ipykernel starts without its
+    debugger (a sixth of a kernel's start); the package itself is untouched."""
+    from course.grading import sandbox
+    from course.grading.kernel import without_debugger
+
+    sandbox.ensure_available()
+    probe = [sys.executable, "-c", "import ipykernel.debugger as d; print(d._is_debugpy_available)"]
+    seen = {}
+    for label, hidden in (("plain", {}), ("kernel", without_debugger())):
+        done = subprocess.run(sandbox.Sandbox(tmpfs=hidden).command(probe), capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 0, done.stderr[-1000:]
+        seen[label] = done.stdout.split()
+    assert seen == {"plain": ["True"], "kernel": ["False"]}
+
+
+def test_before_the_first_sandbox_every_course_module_has_up_to_date_bytecode():
+    """Inside the sandbox the course's packages are read-only: a module without bytecode on disk
+    would be compiled again by every sandboxed process."""
+    import importlib.util
+    import struct
+
+    import course.checkpoint.worker as module
+    from course.grading import sandbox
+
+    source = Path(module.__file__)
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    cached.unlink(missing_ok=True)
+    sandbox.course_bytecode.cache_clear()
+    sandbox.Sandbox().command(["true"])
+    data = cached.read_bytes()
+    flags, mtime, size = struct.unpack("<III", data[4:16])
+    assert data[:4] == importlib.util.MAGIC_NUMBER
+    assert (flags, mtime, size) == (0, int(source.stat().st_mtime) & 0xFFFFFFFF, source.stat().st_size & 0xFFFFFFFF)
+
+
+def test_a_grading_process_leaves_out_the_iri_grammar_and_still_validates_cell_metadata():
+    """rfc3987_syntax (2 s of CPU to import, only for jsonschema's "iri" format) is left out of
+    every process that imports course.grading first; nbgrader's metadata schema still rejects."""
+    probe = (
+        "import sys\nimport course.grading.commands\nfrom nbgrader.nbgraderformat import ValidationError, v3\n"
+        "print(sys.modules['rfc3987_syntax'] is None)\n"
+        "from nbformat.v4 import new_code_cell\n"
+        "cell = new_code_cell(metadata={'nbgrader': {'grade': True, 'solution': False, 'locked': False, "
+        "'grade_id': 'x', 'schema_version': 3, 'points': 'many'}})\n"
+        "try:\n    v3.MetadataValidatorV3().validate_cell(cell)\nexcept ValidationError as error:\n    print('refused')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert done.stdout.split() == ["True", "refused"]
+
+
+def test_a_worker_keeps_one_engine_per_gradebook_and_its_scratch_commits_skip_the_flush(tmp_path, monkeypatch):
+    import sqlite3
+    from contextlib import closing
+
+    from nbgrader import api
+    from sqlalchemy import text
+
+    from course.grading import unit
+
+    monkeypatch.setattr(api, "create_engine", api.create_engine)  # put back after the test
+    unit._one_engine_per_gradebook()
+    first, second = tmp_path / "one.db", tmp_path / "two.db"
+    engines, modes = [], []
+    for path in (first, first, second):
+        with api.Gradebook(f"sqlite:///{path}") as gb:
+            engines.append(gb.engine)
+            modes.append(gb.db.execute(text("PRAGMA synchronous")).scalar_one())
+            if path == first and not gb.students:
+                gb.add_student("s1")
+    assert engines[0] is engines[1] and engines[2] is not engines[0]
+    assert modes == [0, 0, 0]  # OFF
+    with closing(sqlite3.connect(first)) as db:  # what was committed through the shared engine is in the file
+        assert db.execute("SELECT id FROM student").fetchall() == [("s1",)]

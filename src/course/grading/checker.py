@@ -36,7 +36,7 @@ import sys
 import types
 from typing import Any, Callable
 
-from course.grading.definitions import bound_names, definitions_only
+from course.grading.definitions import definitions_only
 from course.grading import seal
 from course.grading.integrity import Dishonest, check_class, frozen, honest, snapshot
 
@@ -126,12 +126,12 @@ def _stored_names(code: types.CodeType) -> frozenset[str]:
 
 
 def _load_course(cells: list[dict[str, Any]], namespace: dict[str, Any]) -> dict[str, Any]:
-    """Run the course's cells (setup whole, others' definitions); return the names they bound."""
+    """Run the course's cells as the grader prepared them (setup whole, others' definitions:
+    jobs.course_code); return the names they bound."""
     course_names: set[str] = set()
     for cell in cells:
-        source = cell["source"] if cell["whole"] else definitions_only(cell["source"], drawing=False)
-        course_names |= bound_names(source)
-        exec(compile(source, f"<course cell {cell['label']}>", "exec"), namespace)
+        course_names.update(cell["names"])
+        exec(compile(cell["source"], f"<course cell {cell['label']}>", "exec"), namespace)
     import importlib
 
     for module in PRELOAD:

@@ -2,7 +2,7 @@
 
 Starting a checker from nothing cost about 0.17 s of CPU (bubblewrap, Python, and the same
 course modules imported every time), and a student's four notebooks hold 28 checks. Now the
-grader starts one sandbox per group of checks (a notebook's, `CheckServer`). Its first process
+grader starts one sandbox per group of checks (a student's, `CheckServer`). Its first process
 (`serve`) imports the checker and everything the checker preloads, and never runs learner code.
 For each check it forks a child that runs `checker.main` on that check's own pipes (the job in,
 the verdict out), so every check still starts from the same untouched state.

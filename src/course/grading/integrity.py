@@ -57,7 +57,8 @@ def snapshot() -> Callable[[], list[str]]:
     real_builtins, real_modules, real_sys, real_threading = vars(builtins), sys.modules, sys, threading
     kept_builtins, hooks, read_hooks = dict(real_builtins), _hooks(), _hooks
     modules: dict[str, int] = {}
-    groups: list[tuple[str, tuple[str, ...], bool, tuple, list]] = []  # (module, class path, deep, values, entries)
+    # (module, class path, deep, values, entries): entries are the names of `values`, or (own) fingerprints
+    groups: list[tuple[str, tuple[str, ...], bool, tuple, tuple | list]] = []
     for name, module in list(real_modules.items()):
         if module is None:
             continue
@@ -104,11 +105,10 @@ def _group(module: str, path: tuple[str, ...], names: Any, own: bool) -> tuple:
     The course's own: a fingerprint of every value (but the contents of a private container, a
     cache that grows as the checks run). Any other: the values themselves (a function or a
     class still the same object is still the same: its code cannot be replaced while a check runs)."""
-    items = tuple(names.items())
     if not own:
-        return module, path, False, tuple(names.values()), items
+        return module, path, False, tuple(names.values()), tuple(names)
     entries = []
-    for attr, value in items:
+    for attr, value in tuple(names.items()):
         deep = not (attr.startswith("_") and isinstance(value, (list, dict, set)))
         entries.append((attr, _fingerprint(value, deep), deep))
     return module, path, True, (), entries
@@ -153,7 +153,7 @@ def frozen(functions: list[Any], fingerprint=_fingerprint) -> Callable[[], list[
 
 def _replaced(groups: list[tuple], modules: dict, fingerprint=_fingerprint, attribute=getattr, kind=type,
               holders=(dict, types.MappingProxyType), same=operator.is_, each=map, every=all, values_of=tuple,
-              is_a=isinstance, recorded=RECORDED, missing=_MISSING) -> list[str]:
+              is_a=isinstance, recorded=RECORDED, missing=_MISSING, pairs=zip) -> list[str]:
     """What `changes` says of the recorded namespaces: every name rebound, or (the course's own)
     given new code, defaults or contents. A namespace whose values are all still the same objects,
     in the same order, is passed over at C speed. It runs after learner code: what it uses are
@@ -171,7 +171,7 @@ def _replaced(groups: list[tuple], modules: dict, fingerprint=_fingerprint, attr
             current = values_of(names.values())
             if current.__len__() == values.__len__() and every(each(same, current, values)):
                 continue
-            found += [f"{module}.{'.'.join((*path, attr))} replaced" for attr, value in entries
+            found += [f"{module}.{'.'.join((*path, attr))} replaced" for attr, value in pairs(entries, values)
                       if is_a(value, recorded) and names.get(attr, value) is not value]
             continue
         for attr, before, deep_entry in entries:

@@ -9,6 +9,7 @@ only their definitions.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import marshal
 import os
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Any
 
 from course.grading import seal
 from course.grading.checkserver import CheckServer, ServerGone
-from course.grading.definitions import defined_names, imported_modules, straight_line_calls
+from course.grading.definitions import bound_names, defined_names, definitions_only, imported_modules, straight_line_calls
 from course.grading.sandbox import WORKDIR, Limits, Sandbox, sandbox_disabled
 
 RESULT_LIMIT = 64 * 1024  # bytes of verdict the grader reads from a checker
@@ -74,12 +75,7 @@ def autograded(cells: list[CourseCell]) -> list[CourseCell]:
 def build_job(notebook: str, check: CourseCell, cells: list[CourseCell], submission_cells: list[dict]) -> dict:
     """The checker's input for one graded cell."""
     locked_ids = {c.grade_id for c in cells if c.locked and c.grade_id}
-    course = [
-        # Other graded cells may define helpers; their hidden parts are not this check's business.
-        {"label": c.grade_id, "source": c.visible_source if c.graded else c.source, "whole": "setup" in c.tags}
-        for c in cells
-        if c.cell_type == "code" and c.locked and c.grade_id != check.grade_id
-    ]
+    course = [_course_cell(c) for c in cells if c.cell_type == "code" and c.locked and c.grade_id != check.grade_id]
     learner = []
     for index, cell in enumerate(submission_cells):
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
@@ -92,6 +88,21 @@ def build_job(notebook: str, check: CourseCell, cells: list[CourseCell], submiss
     return {"notebook": notebook, "cell": check.grade_id, "course_cells": course, "learner_cells": learner,
             "answers": answers, "check": base64.b64encode(code).decode(),
             "expect_calls": straight_line_calls(check.source, "expect")}
+
+
+@functools.lru_cache(maxsize=512)
+def course_code(source: str, whole: bool) -> tuple[str, list[str]]:
+    """What the checker runs of one course cell, and the names that binds: a `setup` cell whole,
+    any other its definitions (drawing imports left out). Worked out here, once per worker: the
+    course's cells are the same for every check of every student. Callers only read the list."""
+    code = source if whole else definitions_only(source, drawing=False)
+    return code, sorted(bound_names(code))
+
+
+def _course_cell(cell: CourseCell) -> dict:
+    # Other graded cells may define helpers; their hidden parts are not this check's business.
+    code, names = course_code(cell.visible_source if cell.graded else cell.source, "setup" in cell.tags)
+    return {"label": cell.grade_id, "source": code, "names": names}
 
 
 # Checkers running at once in one grading process (one student at a time): more than the cores,
@@ -117,29 +128,43 @@ def _pool() -> ThreadPoolExecutor:
 
 
 class PendingChecks:
-    """A group's checks running (or queued) in the background; `results()` waits for all of them.
+    """One notebook's checks running (or queued) in the background; `results()` waits for all of them."""
 
-    The group shares one check server (course.grading.checkserver), started with the first check
-    and stopped after the last."""
-
-    def __init__(self, jobs: list[dict], submitted: Path, release: Path, timeout: float) -> None:
-        self._group = CheckGroup(submitted, release, len(jobs), course_imports(jobs))
-        self._futures = {job["cell"]: _pool().submit(self._group.check, job, timeout) for job in longest_first(jobs)}
+    def __init__(self, futures: dict[str, Future]) -> None:
+        self._futures = futures
 
     def results(self) -> dict[str, dict]:
         return {cell: future.result() for cell, future in self._futures.items()}
 
 
-def notebook_checks(notebook: str, release: Path, sources: dict[str, str], submission_cells: list[dict],
-                    submitted: Path, timeout: float) -> tuple[PendingChecks, dict[str, str]]:
-    """Start every check of one notebook: (the pending checks, {grade_id: the check's full source}).
+def notebook_jobs(notebook: str, release: Path, sources: dict[str, str],
+                  submission_cells: list[dict]) -> tuple[list[dict], dict[str, str]]:
+    """One notebook's checks: (their jobs, {grade_id: the check's full source}).
 
     `sources` are the gradebook's cell sources (hidden tests included); only the learner's own
     cells are taken from `submission_cells`."""
     cells = course_cells(json.loads((release / f"{notebook}.ipynb").read_text()), sources)
     checks = autograded(cells)
-    built = [build_job(notebook, check, cells, submission_cells) for check in checks]
-    return PendingChecks(built, submitted, release, timeout), {c.grade_id: c.source for c in checks}
+    return [build_job(notebook, check, cells, submission_cells) for check in checks], {c.grade_id: c.source for c in checks}
+
+
+def start_checks(jobs_by_notebook: dict[str, list[dict]], submitted: Path, release: Path,
+                 timeout: float) -> dict[str, PendingChecks]:
+    """Start the checks of one student's notebooks in one check server (course.grading.checkserver),
+    longest first; return each notebook's pending checks. The server starts with the first check
+    and stops after the last."""
+    every = [job for built in jobs_by_notebook.values() for job in built]
+    group = CheckGroup(submitted, release, len(every), course_imports(every))
+    futures = {id(job): _pool().submit(group.check, job, timeout) for job in longest_first(every)}
+    return {notebook: PendingChecks({job["cell"]: futures[id(job)] for job in built})
+            for notebook, built in jobs_by_notebook.items()}
+
+
+def notebook_checks(notebook: str, release: Path, sources: dict[str, str], submission_cells: list[dict],
+                    submitted: Path, timeout: float) -> tuple[PendingChecks, dict[str, str]]:
+    """Start every check of one notebook: (the pending checks, {grade_id: the check's full source})."""
+    built, full_sources = notebook_jobs(notebook, release, sources, submission_cells)
+    return start_checks({notebook: built}, submitted, release, timeout)[notebook], full_sources
 
 
 def course_imports(jobs: list[dict]) -> list[str]:
@@ -148,12 +173,12 @@ def course_imports(jobs: list[dict]) -> list[str]:
 
 
 def run_checks(jobs: list[dict], submitted: Path, release: Path, timeout: float) -> dict[str, dict]:
-    """Run every job in its own checker process, side by side; return verdicts by cell."""
-    return PendingChecks(jobs, submitted, release, timeout).results()
+    """Run one notebook's jobs, each in its own checker process, side by side; return verdicts by cell."""
+    return start_checks({"checks": jobs}, submitted, release, timeout)["checks"].results()
 
 
 class CheckGroup:
-    """One check server for `count` checks of one student: in the sandbox, or as a plain child with
+    """One check server for `count` checks of one student (all of their notebooks'): in the sandbox, or as a plain child with
     --no-sandbox. A server a check has killed is replaced for the checks still to start."""
 
     def __init__(self, submitted: Path, release: Path, count: int, preload: list[str] = ()) -> None:

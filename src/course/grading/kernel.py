@@ -13,6 +13,7 @@ sandbox when the grader goes away.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 
@@ -90,6 +91,16 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def cleanup_ipc_files(self):
         """The sockets live in the sandbox's tmpfs, which vanishes with it."""
+
+
+def without_debugger() -> dict[str, int]:
+    """An empty tmpfs over the debugpy package, for the kernel's sandbox: ipykernel then starts
+    without its debugger (a grading run never debugs), which saves 90 ms of imports, a sixth of
+    what each kernel costs."""
+    spec = importlib.util.find_spec("debugpy")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    return {spec.submodule_search_locations[0]: 64 * 1024}
 
 
 def _sandbox_init_pid(bwrap_pid: int, within: float = 15.0) -> int:

@@ -33,7 +33,7 @@ from traitlets import Integer
 
 from course.grading import jobs
 from course.grading.feedback import BEGIN, hide_region
-from course.grading.kernel import SandboxedKernelManager
+from course.grading.kernel import SandboxedKernelManager, without_debugger
 from course.grading.sandbox import WORKDIR, Sandbox, ensure_available, sandbox_disabled
 
 UNSANDBOXED = "UNSANDBOXED"
@@ -129,7 +129,8 @@ class SandboxedExecute(Execute):
         ensure_available()
         self._scratch = tempfile.mkdtemp(prefix="ch12-kernel-")
         submitted = submitted_folder(self, resources)
-        self._sandbox = Sandbox(files={f"{WORKDIR}/{p.name}": str(p) for p in sorted(submitted.glob("*.ipynb"))})
+        self._sandbox = Sandbox(files={f"{WORKDIR}/{p.name}": str(p) for p in sorted(submitted.glob("*.ipynb"))},
+                                tmpfs=without_debugger())
         try:
             with self._sandbox.bounded():
                 return super().preprocess(nb, resources, km)

@@ -73,6 +73,7 @@ class Sandbox:
     def command(self, argv: list[str]) -> list[str]:
         """The full command line: join the cgroup, set rlimits, then bwrap, then `argv` inside."""
         join = self.cgroup.join_command() if self.cgroup else []
+        course_bytecode()
         return [*join, *rlimit_prefix(self.limits), *self.bwrap_arguments(), "--", *argv]
 
     @contextmanager
@@ -161,6 +162,24 @@ def readable_folders() -> tuple[str, ...]:
 
 def _package_roots(*packages) -> list[str]:
     return [str(Path(p.__file__).resolve().parent.parent) for p in packages]
+
+
+@cache
+def course_bytecode() -> None:
+    """Write the course packages' bytecode, once per grading process, before the first sandbox.
+
+    Inside, the packages are read-only (and PYTHONDONTWRITEBYTECODE is set): a module without
+    up-to-date bytecode on disk is compiled again in every sandboxed process, some 40 processes a
+    student (kernels, check servers, the checkpoint's workers and suppliers). Where the packages
+    are not writable (an installed copy: pip compiled it), this does nothing."""
+    import compileall
+
+    import course
+    import reference_organizations
+    import sovereign_agent
+
+    for package in (course, reference_organizations, sovereign_agent):
+        compileall.compile_dir(Path(package.__file__).resolve().parent, quiet=2)
 
 
 def bwrap_path() -> str:

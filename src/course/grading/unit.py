@@ -15,8 +15,9 @@ scratch gradebook back and deletes the folder. Only the trusted coordinator
 
 `run` is what a worker process calls (a local process pool or a Dask worker): nbgrader is
 imported once per worker, and after each student every process grading left behind is killed.
-One process grades all of a student's notebooks, so the checks of every notebook start at once,
-before the first kernel: a notebook then waits for its checks only if they are still running.
+One process grades all of a student's notebooks, so the checks of every notebook start at once, in
+one check server, before the first kernel: a notebook then waits for its checks only if they are
+still running.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def warm_up() -> None:
     import course.grading.protect  # noqa: F401
 
     _check_metadata_schema_once()
+    _one_engine_per_gradebook()
 
 
 def _check_metadata_schema_once() -> None:
@@ -116,6 +118,34 @@ def _check_metadata_schema_once() -> None:
             raise error
 
     common.jsonschema = SimpleNamespace(validate=validate)
+
+
+def _one_engine_per_gradebook() -> None:
+    """nbgrader opens a new SQLAlchemy engine for each `Gradebook(...)`, some 30 a student, and an
+    engine's cache of compiled queries goes with it: every query was compiled again each time.
+    Here a worker keeps the engine of the gradebook it is grading into and hands it out again
+    (`Gradebook.close` still disposes of its connections). That gradebook is always the student's
+    scratch copy (a worker cannot reach the real one), so its commits, some 130 a student, skip
+    the disk flush: nothing in it has to survive a power cut."""
+    from nbgrader import api
+    from sqlalchemy import event
+
+    create_engine, engines = api.create_engine, {}
+
+    def one_engine(url, **options):
+        key = (str(url), tuple(sorted(options.items())))
+        if key not in engines:
+            engines.clear()  # the previous student's scratch gradebook is gone
+            engine = engines[key] = create_engine(url, **options)
+            if engine.dialect.name == "sqlite":
+                event.listen(engine, "connect", _without_flush)
+        return engines[key]
+
+    api.create_engine = one_engine
+
+
+def _without_flush(connection, _record) -> None:
+    connection.execute("PRAGMA synchronous=OFF")
 
 
 def _lay_out(root: Path, assignment: Assignment, submission: Submission) -> None:
@@ -179,8 +209,9 @@ def _config(root: Path, assignment: str, student: str, notebook: str):
 
 
 def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str]) -> None:
-    """Start every notebook's checks now; nbgrader's StartChecks picks them up (protect.PRESTARTED).
-    A notebook whose checks cannot be built here (unreadable, unknown) is left to StartChecks."""
+    """Start every notebook's checks now, in one check server for the student; nbgrader's
+    StartChecks picks them up (protect.PRESTARTED). A notebook whose checks cannot be built here
+    (unreadable, unknown) is left to StartChecks."""
     from nbgrader.api import Gradebook
     from nbgrader.coursedir import CourseDirectory
 
@@ -191,22 +222,17 @@ def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str
     coursedir, timeout = CourseDirectory(config=config), StartChecks(config=config).timeout
     submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment)).resolve()
     release = Path(coursedir.format_path(coursedir.release_directory, ".", assignment))
+    built, sources = {}, {}
     with Gradebook(config.CourseDirectory.db_url) as gb:
-        for notebook in sorted(notebooks, key=_checks_took, reverse=True):  # the longest checks start first
+        for notebook in notebooks:
             try:
-                sources = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
+                full = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
                 cells = json.loads((submitted / f"{notebook}.ipynb").read_text())["cells"]
-                PRESTARTED[(submitted, notebook)] = jobs.notebook_checks(
-                    notebook, release, sources, [dict(cell) for cell in cells], submitted, timeout)
+                built[notebook], sources[notebook] = jobs.notebook_jobs(notebook, release, full, [dict(c) for c in cells])
             except Exception:  # a malformed or unknown notebook: nbgrader reports it in its own words
                 continue
-
-
-def _checks_took(notebook: str) -> float:
-    """How long this worker's last run of the notebook's checks took, in all (0 before the first)."""
-    from course.grading.jobs import last_seconds
-
-    return sum(seconds for (name, _), seconds in last_seconds.items() if name == notebook)
+    for notebook, pending in jobs.start_checks(built, submitted, release, timeout).items():
+        PRESTARTED[(submitted, notebook)] = (pending, sources[notebook])
 
 
 def _drain(submitted: Path) -> None:
