@@ -61,6 +61,12 @@ def assert_nothing_left(
     assert not left, f"processes left running: {left}"
 
 
+def sandbox_cgroups() -> set[str]:
+    """The grading sandboxes' cgroups on this machine (none where the cgroup file system is absent)."""
+    root = Path("/sys/fs/cgroup")
+    return {str(p) for p in root.glob("**/course-grading-*")} if root.exists() else set()
+
+
 def nbgrader_metadata(grade_id: str, *, grade=False, solution=False, locked=False, points=None) -> dict:
     """Cell metadata for a toy nbgrader notebook (schema 3); graded cells get `points` (default 1)."""
     meta = {

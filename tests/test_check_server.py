@@ -9,27 +9,21 @@ from __future__ import annotations
 
 import os
 import uuid
-from pathlib import Path
 
 import pytest
 
 from checked_answers import verdicts
-from conftest import assert_nothing_left
+from conftest import assert_nothing_left, sandbox_cgroups
 
 pytestmark = pytest.mark.slow
 NOTEBOOK = "01_claims.ipynb"
 SOME = {"test_claim_dataclass", "test_claim_acquires", "test_claim_replacement", "test_claim_selection"}
 
 
-def leftover_cgroups() -> set[str]:
-    root = Path("/sys/fs/cgroup")
-    return {str(p) for p in root.glob("**/course-grading-*")} if root.exists() else set()
-
-
 def grade(claim: str, timeout: float = 120) -> dict[str, dict]:
-    before = leftover_cgroups()
+    before = sandbox_cgroups()
     found = verdicts(NOTEBOOK, {"claim": claim}, only=SOME, timeout=timeout)
-    assert leftover_cgroups() <= before, "a sandbox's cgroup outlived its checks"
+    assert sandbox_cgroups() <= before, "a sandbox's cgroup outlived its checks"
     return found
 
 

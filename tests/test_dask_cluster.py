@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_nothing_left
+from conftest import assert_nothing_left, sandbox_cgroups
 from course.grading import commands
 from test_grading_tools import build_course, submit
 
@@ -62,6 +62,7 @@ def test_a_worker_killed_mid_class_loses_no_student_and_records_none_twice(tmp_p
     env = {**os.environ, "TMPDIR": str(scratch), "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
     scheduler_file = tmp_path / "scheduler.json"
     processes, clients = [], []
+    groups_before = sandbox_cgroups()
     try:
         processes.append(start([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                                 "--scheduler-file", str(scheduler_file)], tmp_path / "scheduler.log", env))
@@ -117,3 +118,5 @@ def test_a_worker_killed_mid_class_loses_no_student_and_records_none_twice(tmp_p
         assert {s.student.id: s.score for s in submissions} == EXPECTED
     assert sorted(p.parent.parent.name for p in (root / "autograded").glob("*/ch12/toy.ipynb")) == sorted(CLASS)
     assert_nothing_left(tmp_path, {p.pid for p in processes})
+    # The killed worker's sandboxes died with it; their cgroups were removed by the next sandbox made.
+    assert sandbox_cgroups() <= groups_before

@@ -5,7 +5,9 @@ the tests read the outcome (marked slow: about 75 s of CPU, mostly nbgrader star
 real notebooks are not used: they are being written elsewhere.
 """
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from conftest import nbgrader_metadata
+from conftest import assert_nothing_left, nbgrader_metadata, sandbox_cgroups
 from course.grading import commands
 from course.grading.feedback import HideHiddenTests
 
@@ -395,3 +397,69 @@ def test_a_worker_keeps_one_engine_per_gradebook_and_its_scratch_commits_skip_th
     assert modes == [0, 0, 0]  # OFF
     with closing(sqlite3.connect(first)) as db:  # what was committed through the shared engine is in the file
         assert db.execute("SELECT id FROM student").fetchall() == [("s1",)]
+
+
+WORKER_WHOSE_KERNEL_FAILS = """
+import json, os, sys
+from pathlib import Path
+from course.grading import coordinator, protect, unit
+
+def kernel_fails(self, nb, resources=None, km=None):  # after StartChecks, before DecideOutsideKernel
+    raise RuntimeError("the kernel could not start")
+
+root = Path(sys.argv[1])
+assignment = coordinator.definition(root, coordinator.db_url(root), "ch12")
+unit.warm_up()
+protect.SandboxedExecute.preprocess = kernel_fails
+outcome = unit.run(assignment, coordinator.submission(Path(sys.argv[2]), "slow"))
+print(json.dumps(outcome["reasons"]), flush=True)
+os._exit(0)  # as a process pool's worker ends: threads still running are not waited for
+"""
+
+
+@pytest.mark.slow
+def test_a_notebook_nbgrader_drops_mid_grading_leaves_no_check_running_behind(course, tmp_path):
+    """nbgrader drops a notebook's started checks when it fails on that notebook before reading
+    their verdicts. The worker still waits for them: a check whose server the worker's clean-up
+    killed would otherwise start a sandbox again and outlive the student (its cgroup with it)."""
+    root, _, _ = course
+    slow = tmp_path / "slow"  # its checks are still running when nbgrader gives the notebook up
+    shutil.copytree(root / "submitted" / "solid" / commands.ASSIGNMENT, slow)
+    nb = nbformat.read(slow / "toy.ipynb", as_version=4)
+    nb.cells[0].source = "import time\n\ndef double(x):\n    time.sleep(3)\n    return 2 * x"
+    nbformat.write(nb, slow / "toy.ipynb")
+    before = sandbox_cgroups()
+    done = subprocess.run([sys.executable, "-c", WORKER_WHOSE_KERNEL_FAILS, str(root), str(slow)], capture_output=True,
+                          text=True, timeout=300, check=False, env={**os.environ, "PATH": commands.venv_path(os.environ["PATH"])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    reasons = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(reasons) == ["toy/hidden", "toy/visible"], reasons  # the notebook is reported, not graded
+    assert sandbox_cgroups() <= before, "a sandbox's cgroup outlived its student"
+    assert_nothing_left("course.grading.checkserver", within=5)
+
+
+def test_the_cgroup_of_a_grader_killed_mid_student_is_removed_by_the_next_one():
+    """A grading worker SIGKILLed mid-student (a Dask worker lost, an instructor's kill -9) cannot
+    remove its sandboxes' cgroups; the next sandbox made on the machine removes them."""
+    from course.grading.cgroup import Cgroup
+
+    mine = Cgroup.create(16, 256 * 1024 * 1024)
+    if mine is None:
+        pytest.skip("no writable cgroup file system here (not root): sandboxes are bound by rlimits")
+    mine.remove()
+    maker = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom course.grading.cgroup import Cgroup\n"
+         "group = Cgroup.create(16, 256 * 1024 * 1024)\nprint(*group.folders, flush=True)\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        folders = [Path(f) for f in maker.stdout.readline().split()]
+        assert folders and all(f.is_dir() for f in folders)
+        os.kill(maker.pid, signal.SIGKILL)
+        maker.wait(10)
+        assert all(f.is_dir() for f in folders)  # nobody removed them
+        fresh = Cgroup.create(16, 256 * 1024 * 1024)
+        fresh.remove()
+        assert not any(f.exists() for f in folders)
+    finally:
+        maker.kill()
+        maker.wait(10)

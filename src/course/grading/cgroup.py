@@ -16,19 +16,33 @@ import time
 import uuid
 from pathlib import Path
 
+from reference_organizations.children import alive
+
 ROOT = Path("/sys/fs/cgroup")
+PREFIX = "course-grading-"
 CPU_PERIOD = 100_000  # microseconds; a quota of one period per core
 
 
 class Cgroup:
     """One group (cgroup v2) or one group per controller (v1: pids, memory)."""
 
+    _made: list[Cgroup] = []  # created by this process and not removed yet
+
     def __init__(self, folders: list[Path]) -> None:
         self.folders = folders
+        Cgroup._made.append(self)
+
+    @classmethod
+    def remove_left(cls) -> None:
+        """Remove every group this process made and did not remove (a grading worker, after
+        killing what a student left behind: the groups would otherwise outlive it)."""
+        for group in list(cls._made):
+            group.remove()
 
     @classmethod
     def create(cls, tasks: int, memory_bytes: int, cores: int = 1) -> Cgroup | None:
-        name = f"course-grading-{uuid.uuid4().hex[:12]}"
+        _remove_stale()
+        name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"  # the creator's pid: see _remove_stale
         try:
             if (ROOT / "cgroup.controllers").exists():  # v2: one tree
                 folder = ROOT / name
@@ -86,6 +100,22 @@ class Cgroup:
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.05)
+        if not any(folder.exists() for folder in self.folders) and self in Cgroup._made:
+            Cgroup._made.remove(self)
+
+
+def _remove_stale() -> None:
+    """Remove the empty groups of grading processes that died without removing them (a grading
+    worker SIGKILLed mid-student: its sandboxes died with it, through bwrap's --die-with-parent,
+    but their groups stay). A group whose creator is alive, or that still holds a process, stays."""
+    for folder in [*ROOT.glob(f"{PREFIX}*"), *ROOT.glob(f"*/{PREFIX}*")]:
+        creator = folder.name.removeprefix(PREFIX).split("-")[0]
+        if not creator.isdigit() or alive(int(creator)) or _members(folder):
+            continue
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # removed by another grader meanwhile, or not ours to remove
 
 
 def _members(folder: Path) -> list[int]:

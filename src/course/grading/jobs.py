@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,9 +132,26 @@ class PendingChecks:
 
     def __init__(self, futures: dict[str, Future]) -> None:
         self._futures = futures
+        _unanswered.append(self)
 
     def results(self) -> dict[str, dict]:
-        return {cell: future.result() for cell, future in self._futures.items()}
+        found = {cell: future.result() for cell, future in self._futures.items()}
+        if self in _unanswered:
+            _unanswered.remove(self)
+        return found
+
+
+# Checks this process started and nobody has waited for yet: nbgrader drops a notebook's checks
+# when it fails on that notebook between starting them and reading their verdicts.
+_unanswered: list[PendingChecks] = []
+
+
+def wait_for_all() -> None:
+    """Wait for every check this process started (each has its time limit). A worker calls it
+    before killing what its student left behind: a check still running then would see its server
+    killed, start a sandbox of its own again and outlive the student, its cgroup with it."""
+    while _unanswered:
+        wait(_unanswered.pop()._futures.values())  # a check that raised has ended too
 
 
 def notebook_jobs(notebook: str, release: Path, sources: dict[str, str],

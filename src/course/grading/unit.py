@@ -78,12 +78,18 @@ def grade(assignment: Assignment, submission: Submission, sandbox: bool = True) 
 
 
 def run(assignment: Assignment, submission: Submission, sandbox: bool = True) -> dict:
-    """`grade`, then kill every process it left behind (a worker grades one student at a time)."""
+    """`grade`, then wait for its checks, kill every process it left behind and remove the
+    sandboxes' cgroups (a worker grades one student at a time)."""
+    from course.grading import jobs
+    from course.grading.cgroup import Cgroup
+
     reaper.become_subreaper()
     try:
         return grade(assignment, submission, sandbox)
     finally:
+        jobs.wait_for_all()
         reaper.kill_all_descendants()
+        Cgroup.remove_left()
 
 
 def warm_up() -> None:
@@ -236,11 +242,11 @@ def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str
 
 
 def _drain(submitted: Path) -> None:
-    """Wait for (bounded) and forget checks nbgrader never picked up (a notebook it failed on)."""
+    """Forget the checks nbgrader never picked up (a notebook it failed on); `run` waits for them."""
     from course.grading.protect import PRESTARTED
 
     for key in [key for key in PRESTARTED if key[0] == submitted]:
-        PRESTARTED.pop(key)[0].results()
+        PRESTARTED.pop(key)
 
 
 def _convert(root: Path, assignment: str, student: str, notebook: str) -> str | None:
