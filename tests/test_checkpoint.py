@@ -441,3 +441,25 @@ def test_a_stub_reached_through_another_graded_function_is_the_one_named():
     with pytest.raises(NotImplementedError) as elsewhere:
         namespace["assert_current_elsewhere"]()
     assert _innermost_stub(elsewhere.value, "observe") == "observe"  # not the learner's graded code: the default
+
+
+def test_modules_planted_beside_the_notebooks_do_not_stand_in_for_the_course(tmp_path, monkeypatch):
+    """The checkpoint's worker and supplier, and the killed holder of 03_recovery, start in the
+    learner's folder (at grading, a folder learner code can write). A `course.py` or
+    `sovereign_agent.py` there (an honest scratch file, or planted) must not replace ours."""
+    from course.checks import fresh_shop, killed_holder
+
+    folder = write_learner(tmp_path / "planted", RIGHT)
+    for name in ("course", "reference_organizations", "sovereign_agent"):
+        (folder / f"{name}.py").write_text(f"raise SystemExit('the planted {name}.py ran')\n")
+    monkeypatch.chdir(folder)
+    evidence = run_checkpoint(".", cases=["killed", "live_stale"], output_dir=tmp_path / "out")
+    assert [(case.case, case.passed, case.failures) for case in evidence] == [
+        ("killed", True, []), ("live_stale", True, [])]
+    db = fresh_shop()
+    try:
+        work_id = assistant_work.enqueue(db, "phone:vanilla", "lucy", "Restock vanilla", subject="SKU-VANILLA")
+        assert killed_holder(db, work_id, ttl=1.0) == -9
+    finally:
+        db.close()
+    assert_nothing_left(tmp_path, recorded_pids(evidence))

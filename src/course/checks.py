@@ -325,7 +325,8 @@ def killed_holder(db: Database, work_id: str, *, owner: str = "killed-worker", t
     from reference_organizations.children import spawn, stop, wait_for_file
 
     ready = Path(db.path).with_name(f"held-{work_id}")
-    child = spawn([sys.executable, "-c", _HOLDER, str(db.path), work_id, owner, str(ttl), str(ready)],
+    # -P: the working folder (the learner's) stays off sys.path; no file there stands in for ours
+    child = spawn([sys.executable, "-P", "-c", _HOLDER, str(db.path), work_id, owner, str(ttl), str(ready)],
                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         try:

@@ -52,8 +52,8 @@ class WorkerProcess:
         self._buffer = b""
         self.paused = False
         self.signals: list[dict[str, Any]] = []
-        argv = [
-            sys.executable, "-m", "course.checkpoint.worker",
+        argv = [  # -P: the working folder (the learner's) stays off sys.path; no file there stands in for ours
+            sys.executable, "-P", "-m", "course.checkpoint.worker",
             "--database", str(database), "--implementation", implementation, "--owner", owner,
             "--lease", repr(float(lease)), "--ready", str(self.ready_file),
             "--commands", str(self.commands), "--idle-timeout", repr(float(idle_timeout)),

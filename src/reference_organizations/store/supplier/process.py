@@ -85,8 +85,8 @@ def start_supplier(
     ledger.parent.mkdir(parents=True, exist_ok=True)
     ready = Path(ready) if ready is not None else ledger.with_suffix(".ready")
     ready.unlink(missing_ok=True)  # a stale ready file would announce a process that is gone
-    argv = [
-        sys.executable, "-m", "reference_organizations.store.supplier",
+    argv = [  # -P: the working folder stays off sys.path; no file there stands in for the supplier's code
+        sys.executable, "-P", "-m", "reference_organizations.store.supplier",
         "--database", ledger, "--port", "0", "--ready", ready,
         "--identity", identity, "--hold-seconds", str(hold_seconds),
         "--parent-pid", str(os.getpid()),
