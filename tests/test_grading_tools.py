@@ -463,3 +463,20 @@ def test_the_cgroup_of_a_grader_killed_mid_student_is_removed_by_the_next_one():
     finally:
         maker.kill()
         maker.wait(10)
+
+
+def test_a_grader_started_through_a_folder_the_sandbox_lacks_still_runs_its_checks(tmp_path):
+    """Python keeps the path it was started by: `../.venv/bin/python` run from tests/ names the
+    interpreter through tests/, which the sandbox does not have. Every check then died unstarted
+    and every submission scored nothing; the sandbox now names the interpreter without the detour."""
+    detour = tmp_path / "detour"
+    detour.mkdir()
+    python = os.path.relpath(sys.executable, detour)  # run from `detour`: ../../.venv/bin/python
+    probe = ("import sys\nsys.path.insert(0, sys.argv[1])\nfrom checked_answers import failed, verdicts\n"
+             "print(failed(verdicts('01_claims.ipynb', {'claim': 'def claim(db, owner, **options):\\n    return None\\n'}, "
+             "only={'test_claim_acquires', 'test_claim_dataclass'})))\n")
+    done = subprocess.run([python, "-c", probe, str(Path(__file__).parent)], cwd=detour, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ("{'test_claim_acquires': 'CheckFailed: claim returned None; "
+                                   "expected a Claim for the oldest READY assignment.'}")

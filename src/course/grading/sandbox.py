@@ -74,6 +74,9 @@ class Sandbox:
         """The full command line: join the cgroup, set rlimits, then bwrap, then `argv` inside."""
         join = self.cgroup.join_command() if self.cgroup else []
         course_bytecode()
+        # The interpreter as it was started: `../.venv/bin/python` run in tests/ is
+        # /course/tests/../.venv/bin/python, a path through a folder the sandbox does not have.
+        argv = [os.path.normpath(argv[0]), *argv[1:]] if argv else argv
         return [*join, *rlimit_prefix(self.limits), *self.bwrap_arguments(), "--", *argv]
 
     @contextmanager
@@ -122,7 +125,7 @@ def rlimit_prefix(limits: Limits) -> list[str]:
 def base_environment() -> dict[str, str]:
     """A minimal environment: nothing of the instructor's (tokens, paths) leaks in."""
     return {
-        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{Path(os.path.normpath(sys.executable)).parent}:/usr/local/bin:/usr/bin:/bin",
         "HOME": HOME,
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
