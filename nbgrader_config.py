@@ -1,7 +1,7 @@
-"""nbgrader settings for this course; the logic lives in course.grading.config."""
+"""nbgrader settings for this course; the logic lives in course.grading.nbgrader.config."""
 
 from pathlib import Path
 
-from course.grading.config import configure
+from course.grading.nbgrader.config import configure
 
 configure(c, Path(__file__).resolve().parent)  # noqa: F821 (traitlets provides `c`)

@@ -27,11 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from course.grading import commands
+from course.grading.nbgrader import commands
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
-CONFIG = "from pathlib import Path\nfrom course.grading.config import configure\nconfigure(c, Path(__file__).resolve().parent)\n"
+CONFIG = "from pathlib import Path\nfrom course.grading.nbgrader.config import configure\nconfigure(c, Path(__file__).resolve().parent)\n"
 CLASS_SIZE, BIG_MACHINE = 200, 16
 
 

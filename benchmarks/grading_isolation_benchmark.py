@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from course.grading import commands
+from course.grading.nbgrader import commands
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
@@ -41,7 +41,7 @@ c.Execute.interrupt_on_timeout = True
 """
 PROTECTED_CONFIG = """\
 from pathlib import Path
-from course.grading.config import configure
+from course.grading.nbgrader.config import configure
 configure(c, Path(__file__).resolve().parent)
 """
 

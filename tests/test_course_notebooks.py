@@ -19,8 +19,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course.grading import commands
-from course.grading.protect import COURSE_ONLY_NOT_RUN, decided_outside, learners_code, observation
+from course.grading.classes.autograde import autograde
+from course.grading.nbgrader import commands
+from course.grading.nbgrader.preprocessors import COURSE_ONLY_NOT_RUN, decided_outside, learners_code, observation
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
@@ -83,7 +84,7 @@ def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
     shutil.copy(ROOT / "nbgrader_config.py", root)
     (root / "nbgrader_config.py").write_text(
-        "from course.grading.config import configure\n"
+        "from course.grading.nbgrader.config import configure\n"
         "from pathlib import Path\n"
         "configure(c, Path(__file__).resolve().parent)\n"
     )
@@ -105,7 +106,7 @@ def test_autograde_gives_solutions_full_marks_and_the_untouched_release_zero(cou
 
     for student, folder in (("solved", SOLUTIONS), ("untouched", RELEASE)):
         shutil.copytree(folder, course / "submitted" / student / "ch12")
-    results = {result.student: result for result in commands.autograde(root=course)}
+    results = {result.student: result for result in autograde(root=course)}
     assert results["untouched"].reasons == {}, "the untouched release must run to the end (no dead kernel, no timeout)"
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         for student, expect_full in (("solved", True), ("untouched", False)):

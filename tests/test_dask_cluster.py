@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_nothing_left, sandbox_cgroups
-from course.grading import commands
+from course.grading.classes.autograde import autograde
+from course.grading.nbgrader import commands
 from test_grading_tools import build_course, submit
 
 distributed = pytest.importorskip("distributed", reason="the [cluster] extra is part of the test install")
@@ -83,7 +84,7 @@ def test_a_worker_killed_mid_class_loses_no_student_and_records_none_twice(tmp_p
         for student, solution in CLASS.items():
             submit(root, student, solution)
         finished = {}
-        grading = threading.Thread(target=lambda: finished.update(results=commands.autograde(
+        grading = threading.Thread(target=lambda: finished.update(results=autograde(
             root=root, scheduler=address, progress=False)), daemon=True)
         grading.start()
 

@@ -18,8 +18,10 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from conftest import assert_nothing_left, nbgrader_metadata, sandbox_cgroups
-from course.grading import commands
-from course.grading.feedback import HideHiddenTests
+from course.grading.classes.autograde import autograde
+from course.grading.classes.report import failure_reason
+from course.grading.nbgrader import commands
+from course.grading.nbgrader.feedback import HideHiddenTests
 
 MARKER = "SECRET_MARKER_7f3a"  # appears only inside the hidden tests
 HIDDEN_MESSAGE = "double(21) did not give 42: larger inputs must double too."
@@ -59,7 +61,7 @@ def build_course(root):
     """A ch12 course with one notebook: solution, visible test, hidden test, written answer."""
     (root / "solutions" / commands.ASSIGNMENT).mkdir(parents=True)
     (root / "nbgrader_config.py").write_text(
-        f"from course.grading.config import configure\nconfigure(c, {str(root)!r})\nc.Execute.timeout = 5\n"
+        f"from course.grading.nbgrader.config import configure\nconfigure(c, {str(root)!r})\nc.Execute.timeout = 5\n"
     )
     nb = new_notebook(
         cells=[
@@ -105,7 +107,7 @@ def course(tmp_path_factory):
     released = commands.release(root=root)
     for student, solution in STUDENTS.items():
         submit(root, student, solution)
-    results = {r.student: r for r in commands.autograde(root=root)}
+    results = {r.student: r for r in autograde(root=root)}
     commands.feedback(root=root)
     yield root, released, results
     for argv in (SESSION_CHILD, PLAIN_CHILD):  # only if a test below is about to fail
@@ -176,18 +178,18 @@ def test_no_child_of_a_submission_survives_grading(course):
 
 def test_failure_in_one_notebook_keeps_the_others(monkeypatch):
     """With several notebooks, a crash is retried notebook by notebook and pinned on its own."""
-    from course.grading import unit
+    from course.grading.classes import unit
 
     calls = []
 
     def fake_convert(root, assignment, student, notebook):
         calls.append(notebook)
         crashed = notebook in ("*", "02_fencing")
-        return commands.failure_reason("nbclient.exceptions.DeadKernelError: Kernel died") if crashed else None
+        return failure_reason("nbclient.exceptions.DeadKernelError: Kernel died") if crashed else None
 
     monkeypatch.setattr(unit, "_convert", fake_convert)
     failures = unit._autograde(Path("."), "ch12", "s", ["01_claims", "02_fencing"])
-    assert failures == {"02_fencing": commands.failure_reason("DeadKernelError")}
+    assert failures == {"02_fencing": failure_reason("DeadKernelError")}
     assert calls == ["*", "01_claims", "02_fencing"]
 
 
@@ -215,7 +217,7 @@ def test_hide_hidden_tests_keeps_only_the_message():
 def test_an_nbgrader_failure_is_told_in_one_sentence(tmp_path):
     """Feedback for a course with nothing graded: the cause, not a traceback's tail."""
     (tmp_path / "nbgrader_config.py").write_text(
-        f"from course.grading.config import configure\nconfigure(c, {str(tmp_path)!r})\n")
+        f"from course.grading.nbgrader.config import configure\nconfigure(c, {str(tmp_path)!r})\n")
     with pytest.raises(commands.NbgraderError) as failed:
         commands.feedback(root=tmp_path)
     message = str(failed.value)
@@ -233,7 +235,7 @@ def test_no_sandbox_grades_anyway_and_every_report_line_says_so(course, tmp_path
     import shutil
 
     shutil.copytree(root / "submitted" / "solid" / commands.ASSIGNMENT, submitted / "solid" / commands.ASSIGNMENT)
-    (result,) = commands.autograde(submitted, force=True, root=root, sandbox=False, report="unsandboxed.csv")
+    (result,) = autograde(submitted, force=True, root=root, sandbox=False, report="unsandboxed.csv")
     assert (result.score, result.sandboxed) == (3, False)
     lines = capsys.readouterr().out.splitlines()[1:]
     assert lines and all("UNSANDBOXED" in line for line in lines)
@@ -264,7 +266,7 @@ def test_recording_a_result_again_changes_nothing(course, tmp_path):
     """The unit's plain result, recorded twice by the coordinator: the second time is a no-op."""
     import shutil
 
-    from course.grading import coordinator, unit
+    from course.grading.classes import coordinator, unit
 
     root, _, _ = course
     url = f"sqlite:///{root / 'gradebook.db'}"
@@ -295,7 +297,7 @@ def test_recording_a_result_again_changes_nothing(course, tmp_path):
 def test_a_course_installed_below_tmp_is_seen_in_the_sandbox_and_cannot_be_written(tmp_path, monkeypatch):
     """The sandbox has a /tmp of its own; a clone of the course under the host's /tmp (its Python
     environment and packages) must still be bound into it, read-only."""
-    from course.grading import sandbox
+    from course.grading.sandbox import bubblewrap as sandbox
 
     sandbox.ensure_available()
     installed = tmp_path / "clone"
@@ -324,8 +326,8 @@ def test_a_worker_starts_the_checks_that_took_longest_last_time_first(monkeypatc
 def test_a_grading_kernel_starts_without_the_debugger():
     """The kernel's sandbox has an empty folder over debugpy, so ipykernel starts without its
     debugger (a sixth of a kernel's start); the package itself is untouched."""
-    from course.grading import sandbox
-    from course.grading.kernel import without_debugger
+    from course.grading.sandbox import bubblewrap as sandbox
+    from course.grading.sandbox.kernel import without_debugger
 
     sandbox.ensure_available()
     probe = [sys.executable, "-c", "import ipykernel.debugger as d; print(d._is_debugpy_available)"]
@@ -345,7 +347,7 @@ def test_before_the_first_sandbox_every_course_module_has_up_to_date_bytecode():
     import struct
 
     import course.checkpoint.worker as module
-    from course.grading import sandbox
+    from course.grading.sandbox import bubblewrap as sandbox
 
     source = Path(module.__file__)
     cached = Path(importlib.util.cache_from_source(str(source)))
@@ -362,7 +364,7 @@ def test_a_grading_process_leaves_out_the_iri_grammar_and_still_validates_cell_m
     """rfc3987_syntax (2 s of CPU to import, only for jsonschema's "iri" format) is left out of
     every process that imports course.grading first; nbgrader's metadata schema still rejects."""
     probe = (
-        "import sys\nimport course.grading.commands\nfrom nbgrader.nbgraderformat import ValidationError, v3\n"
+        "import sys\nimport course.grading.nbgrader.commands\nfrom nbgrader.nbgraderformat import ValidationError, v3\n"
         "print(sys.modules['rfc3987_syntax'] is None)\n"
         "from nbformat.v4 import new_code_cell\n"
         "cell = new_code_cell(metadata={'nbgrader': {'grade': True, 'solution': False, 'locked': False, "
@@ -381,7 +383,7 @@ def test_a_worker_keeps_one_engine_per_gradebook_and_its_scratch_commits_skip_th
     from nbgrader import api
     from sqlalchemy import text
 
-    from course.grading import unit
+    from course.grading.classes import unit
 
     monkeypatch.setattr(api, "create_engine", api.create_engine)  # put back after the test
     unit._one_engine_per_gradebook()
@@ -402,13 +404,15 @@ def test_a_worker_keeps_one_engine_per_gradebook_and_its_scratch_commits_skip_th
 WORKER_WHOSE_KERNEL_FAILS = """
 import json, os, sys
 from pathlib import Path
-from course.grading import coordinator, protect, unit
+from course.grading.classes import coordinator, unit
+from course.grading.nbgrader import preprocessors as protect
+from course.grading.nbgrader.gradebook import db_url
 
 def kernel_fails(self, nb, resources=None, km=None):  # after StartChecks, before DecideOutsideKernel
     raise RuntimeError("the kernel could not start")
 
 root = Path(sys.argv[1])
-assignment = coordinator.definition(root, coordinator.db_url(root), "ch12")
+assignment = coordinator.definition(root, db_url(root), "ch12")
 unit.warm_up()
 protect.SandboxedExecute.preprocess = kernel_fails
 outcome = unit.run(assignment, coordinator.submission(Path(sys.argv[2]), "slow"))
@@ -441,14 +445,14 @@ def test_a_notebook_nbgrader_drops_mid_grading_leaves_no_check_running_behind(co
 def test_the_cgroup_of_a_grader_killed_mid_student_is_removed_by_the_next_one():
     """A grading worker SIGKILLed mid-student (a Dask worker lost, an instructor's kill -9) cannot
     remove its sandboxes' cgroups; the next sandbox made on the machine removes them."""
-    from course.grading.cgroup import Cgroup
+    from course.grading.sandbox.cgroup import Cgroup
 
     mine = Cgroup.create(16, 256 * 1024 * 1024)
     if mine is None:
         pytest.skip("no writable cgroup file system here (not root): sandboxes are bound by rlimits")
     mine.remove()
     maker = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom course.grading.cgroup import Cgroup\n"
+        [sys.executable, "-c", "import sys, time\nfrom course.grading.sandbox.cgroup import Cgroup\n"
          "group = Cgroup.create(16, 256 * 1024 * 1024)\nprint(*group.folders, flush=True)\ntime.sleep(60)\n"],
         stdout=subprocess.PIPE, text=True)
     try:

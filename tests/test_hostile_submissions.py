@@ -23,8 +23,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course.grading import commands
-from course.grading.sandbox import SandboxUnavailable, ensure_available
+from course.grading.classes.autograde import autograde
+from course.grading.nbgrader import commands
+from course.grading.sandbox.bubblewrap import SandboxUnavailable, ensure_available
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
@@ -433,7 +434,7 @@ def graded(tmp_path_factory):
     root = base / "course"
     root.mkdir()
     (root / "nbgrader_config.py").write_text(
-        "from course.grading.config import configure\nfrom pathlib import Path\n"
+        "from course.grading.nbgrader.config import configure\nfrom pathlib import Path\n"
         "configure(c, Path(__file__).resolve().parent)\n"
         "c.Execute.timeout = 30  # every honest cell of 01_claims takes a few seconds; a hung one costs less\n")
     shutil.copytree(SOLUTIONS, root / "solutions" / "ch12")
@@ -457,7 +458,7 @@ def graded(tmp_path_factory):
     submit(root, "vandal_files", notebook_with(blank, VANDAL_FILES.format(course=str(root), outside=str(outside))))
     submit(root, "vandal_resources", notebook_with(blank, VANDAL_RESOURCES[0], VANDAL_RESOURCES[1:]))
     before = fingerprint(root)
-    results = {r.student: r for r in commands.autograde(root=root)}
+    results = {r.student: r for r in autograde(root=root)}
     commands.feedback(root=root)
     commands.export_grades(root / "grades.csv", root=root)
     return root, results, before, outside
@@ -539,14 +540,14 @@ def test_gradebook_that_was_changed_is_refused(graded, tmp_path):
     copy = tmp_path / "course"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns("autograded", "feedback"))
     (copy / "nbgrader_config.py").write_text(
-        "from course.grading.config import configure\nfrom pathlib import Path\n"
+        "from course.grading.nbgrader.config import configure\nfrom pathlib import Path\n"
         "configure(c, Path(__file__).resolve().parent)\n")
     import sqlite3
 
     with sqlite3.connect(copy / "gradebook.db") as gradebook:
         gradebook.execute("UPDATE source_cell SET source='pass' WHERE name='test_claim_race'")
     with pytest.raises(commands.NbgraderError, match="does not match the release"):
-        commands.autograde(root=copy, force=True)
+        autograde(root=copy, force=True)
     # Plain nbgrader (formgrader's button) refuses too: nbgrader_config.py wires the same check.
     done = commands.run_nbgrader(copy, "autograde", "ch12", "--student", "complete", "--force", check=False)
     assert done.returncode != 0 and "does not match the release" in done.stderr

@@ -4,7 +4,7 @@ import pytest
 
 from course.checkpoint.evidence import CaseEvidence
 from course.checkpoint.evidence_table import rows
-from course.grading.written_answers import written_answers
+from course.written_answers import written_answers
 from course.guide import rendered, section
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from course.grading import commands
-from course.grading.coordinator import DB_URL_VARIABLE
+from course.grading.classes.autograde import autograde
+from course.grading.nbgrader import commands
+from course.grading.nbgrader.gradebook import DB_URL_VARIABLE
 from test_grading_tools import build_course, submit
 
 pytest.importorskip("psycopg", reason="the postgresql extra is part of the test install")
@@ -104,13 +105,13 @@ def test_a_class_graded_into_postgresql_is_exported_by_make_grades(postgres, tmp
     commands.release(root=root)
     for student, (solution, _) in CLASS.items():
         submit(root, student, solution)
-    results = {r.student: r.score for r in commands.autograde(root=root, jobs=2, progress=False)}
+    results = {r.student: r.score for r in autograde(root=root, jobs=2, progress=False)}
     assert results == {student: score for student, (_, score) in CLASS.items()}
     assert not (root / "gradebook.db").exists(), "the gradebook must be the server's, not a local file"
 
     from nbgrader.api import Gradebook
 
-    from course.grading.coordinator import normalize_db_url
+    from course.grading.nbgrader.gradebook import normalize_db_url
 
     with Gradebook(normalize_db_url(url)) as gb:  # read back from the server itself
         held = {s.student.id: s.score for s in gb.find_assignment(commands.ASSIGNMENT).submissions}

@@ -94,7 +94,7 @@ def _use_gradebook(context, parameter, url):
     if url:
         import os
 
-        from course.grading.coordinator import DB_URL_VARIABLE
+        from course.grading.nbgrader.gradebook import DB_URL_VARIABLE
 
         os.environ[DB_URL_VARIABLE] = url
     return url
@@ -117,7 +117,7 @@ DB_URL = click.option(
 @main.command()
 def release() -> None:
     """Generate the learner release (notebooks/ch12) from the solutions, outputs stripped."""
-    from course.grading import commands
+    from course.grading.nbgrader import commands
 
     with _one_sentence(commands.NbgraderError):
         commands.release()
@@ -139,19 +139,20 @@ def release() -> None:
 def autograde(submitted: Path | None, no_sandbox: bool, force: bool, jobs: int | None, scheduler: str | None,
               root: Path | None) -> None:
     """Autograde every submission, each in its own sandbox; print and save (grading-report.csv) a report."""
-    from course.grading import commands
-    from course.grading.sandbox import SandboxUnavailable
+    from course.grading.classes.autograde import autograde as grade_class
+    from course.grading.nbgrader import commands
+    from course.grading.sandbox.bubblewrap import SandboxUnavailable
 
     with _one_sentence(SandboxUnavailable, commands.NbgraderError, RuntimeError):
-        commands.autograde(submitted, force=force, sandbox=not no_sandbox, jobs=jobs, scheduler=scheduler,
-                           root=root or commands.REPO_ROOT)
+        grade_class(submitted, force=force, sandbox=not no_sandbox, jobs=jobs, scheduler=scheduler,
+                    root=root or commands.REPO_ROOT)
 
 
 @main.command()
 @DB_URL
 def feedback() -> None:
     """Feedback HTML for every student, with hidden tests removed."""
-    from course.grading import commands
+    from course.grading.nbgrader import commands
 
     with _one_sentence(commands.NbgraderError):
         commands.feedback()
@@ -163,7 +164,7 @@ def feedback() -> None:
 @DB_URL
 def grades(output: Path) -> None:
     """Export the gradebook as CSV."""
-    from course.grading import commands
+    from course.grading.nbgrader import commands
 
     with _one_sentence(commands.NbgraderError):
         commands.export_grades(output)

@@ -33,7 +33,7 @@ def section(name: str, guide: Path = GUIDE) -> str:
 def rendered() -> dict[str, Callable[[], str]]:
     """Every generated part, by name: what the guide should hold."""
     from course.checkpoint.evidence_table import render as evidence_table
-    from course.grading.written_answers import render_all as written_answers
+    from course.written_answers import render_all as written_answers
 
     return {"written-answers": written_answers, "checkpoint-evidence": evidence_table}
 

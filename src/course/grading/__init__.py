@@ -5,7 +5,7 @@ config: the nbgrader settings, built from a course root (nbgrader_config.py call
 feedback: the preprocessor that keeps hidden tests out of feedback HTML.
 reaper: runs nbgrader so that nothing a submission starts outlives its grading.
 
-Kept import-free: `python -m course.grading.reaper` and the CLI's --help should not pay for
+Kept import-free: `python -m course.grading.sandbox.reaper` and the CLI's --help should not pay for
 importing nbgrader (several seconds).
 
 One thing is done here, before any grading process imports nbgrader: `rfc3987_syntax` is marked

@@ -36,7 +36,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from course.grading import reaper
+from course.grading.sandbox import reaper
 
 PR_SET_DUMPABLE = 4
 REQUEST, KILL = b"R", b"K"

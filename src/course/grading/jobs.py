@@ -30,7 +30,7 @@ from typing import Any
 from course.grading import seal
 from course.grading.checkserver import CheckServer, ServerGone
 from course.grading.definitions import bound_names, defined_names, definitions_only, imported_modules, straight_line_calls
-from course.grading.sandbox import WORKDIR, Limits, Sandbox, sandbox_disabled
+from course.grading.sandbox.bubblewrap import WORKDIR, Limits, Sandbox, sandbox_disabled
 
 RESULT_LIMIT = 64 * 1024  # bytes of verdict the grader reads from a checker
 BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"

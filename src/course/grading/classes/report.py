@@ -81,3 +81,29 @@ def write_report(path: Path, results) -> Path:
                 "dead_kernel": any("kernel died" in why for why in r.reasons.values()), "reason": reason(r),
             })
     return path
+
+
+def failure_reason(log):
+    """Why nbgrader gave up, in words an instructor can pass on."""
+    if "DeadKernelError" in log:
+        return "the kernel died (killed or crashed) while running this notebook"
+    if "CellTimeoutError" in log or "UnresponsiveKernelError" in log:
+        return "a cell ran past the time limit and did not stop when interrupted"
+    mismatch = [line for line in log.splitlines() if "GradebookMismatch" in line]
+    if mismatch:
+        return mismatch[-1].split("GradebookMismatch:", 1)[-1].strip()
+    errors = [line for line in log.splitlines() if "| ERROR]" in line]
+    return errors[0].split("]", 1)[1].strip() if errors else "nbgrader failed"
+
+
+def timeout_reason(path):
+    """Why the kernel did not finish this notebook, as recorded in the autograded notebook, or None."""
+    nb = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        label = cell.metadata.get("nbgrader", {}).get("grade_id", f"#{index + 1}")
+        for output in cell.get("outputs", []):
+            if output.get("ename") == "DeadKernelError":
+                return f"the kernel died (killed or crashed) while running cell {label!r}"
+            if output.get("ename") == "CellTimeoutError" or "past the time limit" in str(output.get("evalue", "")):
+                return f"cell {label!r} ran past the time limit and was interrupted"
+    return None

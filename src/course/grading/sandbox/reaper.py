@@ -3,9 +3,9 @@
 A graded submission may SIGKILL its kernel or start children in a new session; both outlive
 nbgrader. This supervisor makes itself a child subreaper (Linux prctl), so every orphaned
 descendant re-parents to it, and kills and reaps them all once the command exits. It runs as its
-own process (`python -m course.grading.reaper CMD...`) so the caller (the CLI, pytest) never
+own process (`python -m course.grading.sandbox.reaper CMD...`) so the caller (the CLI, pytest) never
 becomes a subreaper and none of the caller's own children are touched. A grading worker
-(course.grading.unit.run: a pool process or a single-threaded Dask worker) does the same for
+(course.grading.classes.unit.run: a pool process or a single-threaded Dask worker) does the same for
 itself after each student.
 """
 

@@ -22,7 +22,7 @@ from jupyter_client.channels import HBChannel
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import DottedObjectName, Instance, Type, Unicode
 
-from course.grading.sandbox import Sandbox
+from course.grading.sandbox.bubblewrap import Sandbox
 
 INSIDE_CONNECTION = "/run/kernel/connection.json"
 INSIDE_SOCKETS = "/run/kernel/sockets"
@@ -54,7 +54,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     sandbox = Instance(Sandbox, allow_none=True)
     scratch = Unicode("")  # a private host folder for the connection file
-    client_class = DottedObjectName("course.grading.kernel.SandboxedKernelClient")
+    client_class = DottedObjectName("course.grading.sandbox.kernel.SandboxedKernelClient")
     client_factory = Type(SandboxedKernelClient)
 
     def __init__(self, **kwargs):

@@ -11,7 +11,7 @@ and no access to the real gradebook. It builds a private scratch course in a tem
 runs nbgrader's Autograde converter in this process (the course's preprocessors: hidden tests
 stripped, kernel sandboxed, checks decided outside the kernel, gradebook verified), reads the
 scratch gradebook back and deletes the folder. Only the trusted coordinator
-(course.grading.coordinator) writes results into the real gradebook.
+(course.grading.classes.coordinator) writes results into the real gradebook.
 
 `run` is what a worker process calls (a local process pool or a Dask worker): nbgrader is
 imported once per worker, and after each student every process grading left behind is killed.
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from pathlib import Path
 
-from course.grading import integrity_report as integrity
-from course.grading import reaper
-from course.grading.sandbox import NO_SANDBOX_VARIABLE
+from course.grading.classes import report as integrity
+from course.grading.sandbox import reaper
+from course.grading.sandbox.bubblewrap import NO_SANDBOX_VARIABLE
 
 GRADEBOOK = "gradebook.db"
 
@@ -81,7 +81,7 @@ def run(assignment: Assignment, submission: Submission, sandbox: bool = True) ->
     """`grade`, then wait for its checks, kill every process it left behind and remove the
     sandboxes' cgroups (a worker grades one student at a time)."""
     from course.grading import jobs
-    from course.grading.cgroup import Cgroup
+    from course.grading.sandbox.cgroup import Cgroup
 
     reaper.become_subreaper()
     try:
@@ -98,7 +98,7 @@ def warm_up() -> None:
     import nbgrader.converters  # noqa: F401
     import nbgrader.preprocessors  # noqa: F401
 
-    import course.grading.protect  # noqa: F401
+    import course.grading.nbgrader.preprocessors  # noqa: F401
 
     _check_metadata_schema_once()
     _one_engine_per_gradebook()
@@ -222,7 +222,7 @@ def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str
     from nbgrader.coursedir import CourseDirectory
 
     from course.grading import jobs
-    from course.grading.protect import PRESTARTED, StartChecks
+    from course.grading.nbgrader.preprocessors import PRESTARTED, StartChecks
 
     config = _config(root, assignment, student, "*")
     coursedir, timeout = CourseDirectory(config=config), StartChecks(config=config).timeout
@@ -243,7 +243,7 @@ def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str
 
 def _drain(submitted: Path) -> None:
     """Forget the checks nbgrader never picked up (a notebook it failed on); `run` waits for them."""
-    from course.grading.protect import PRESTARTED
+    from course.grading.nbgrader.preprocessors import PRESTARTED
 
     for key in [key for key in PRESTARTED if key[0] == submitted]:
         PRESTARTED.pop(key)
@@ -254,7 +254,7 @@ def _convert(root: Path, assignment: str, student: str, notebook: str) -> str | 
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
-    from course.grading.commands import failure_reason
+    from course.grading.classes.report import failure_reason
 
     config = _config(root, assignment, student, notebook)
     coursedir = CourseDirectory(config=config)
@@ -280,7 +280,7 @@ def _read_back(root: Path, assignment: str, student: str, failures: dict[str, st
     """Scores and comments from the scratch gradebook; the parts of unfinished notebooks zeroed."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from course.grading.commands import timeout_reason
+    from course.grading.classes.report import timeout_reason
 
     with Gradebook(f"sqlite:///{root / GRADEBOOK}") as gb:
         max_score = gb.find_assignment(assignment).max_score

@@ -2,7 +2,7 @@
 
 nbgrader renders feedback from the autograded notebook, where the hidden tests are restored and
 their failures carry tracebacks quoting the hidden lines. HideHiddenTests runs in
-GenerateFeedback's preprocessor list (see course.grading.config) before the HTML is exported.
+GenerateFeedback's preprocessor list (see course.grading.nbgrader.config) before the HTML is exported.
 """
 
 from nbgrader.preprocessors import NbGraderPreprocessor

@@ -8,9 +8,9 @@ from nbgrader.preprocessors import (
     IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades,
 )
 
-from course.grading.coordinator import db_url
-from course.grading.feedback import HideHiddenTests
-from course.grading.protect import (
+from course.grading.nbgrader.gradebook import db_url
+from course.grading.nbgrader.feedback import HideHiddenTests
+from course.grading.nbgrader.preprocessors import (
     DecideOutsideKernel, ForgetDuplicateIds, SandboxedExecute, StartChecks, StripHiddenTests, VerifyGradebook,
 )
 
@@ -39,7 +39,7 @@ def configure(c, root):
         "*.db",
         "*.authority",
     ]
-    # Autograde (see course.grading.protect): hidden tests never reach the learner's kernel, the
+    # Autograde (see course.grading.nbgrader.preprocessors): hidden tests never reach the learner's kernel, the
     # kernel runs in the student's sandbox, and each graded cell is decided by its own checker.
     c.OverwriteCells.add_missing_cells = True  # a deleted test cell is restored, and graded
     c.Autograde.sanitize_preprocessors = [

@@ -25,29 +25,14 @@ from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 
-from course.grading.unit import Assignment, Submission, run, warm_up
-
-DB_URL_VARIABLE = "COURSE_DB_URL"  # set by `course --db-url`; read by nbgrader_config (config.py)
-
-
-def db_url(root: Path) -> str:
-    """The gradebook's SQLAlchemy URL: COURSE_DB_URL when set, else gradebook.db in the course root."""
-    return normalize_db_url(os.environ.get(DB_URL_VARIABLE, "")) or f"sqlite:///{Path(root).resolve() / 'gradebook.db'}"
-
-
-def normalize_db_url(url: str) -> str:
-    """`postgresql://...` means the psycopg (3) driver, the one the `postgresql` extra installs."""
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
-
+from course.grading.classes.unit import Assignment, Submission, run, warm_up
 
 def definition(root: Path, url: str, assignment: str) -> Assignment:
     """The assignment as the unit needs it: config, release, and a gradebook holding only it."""
     from nbgrader.api import Gradebook
     from sqlalchemy import text
 
-    from course.grading.commands import venv_path
+    from course.grading.nbgrader.commands import venv_path
 
     os.environ["PATH"] = venv_path(os.environ.get("PATH", ""))  # for nbgrader's `alembic`, in this process
     root = Path(root)

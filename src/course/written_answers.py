@@ -15,7 +15,7 @@ import nbformat
 
 from course.guide import wrap
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO_ROOT / "solutions" / "ch12"
 SOLUTION_MARKERS = re.compile(r"^### (BEGIN|END) SOLUTION\s*$", re.M)
 

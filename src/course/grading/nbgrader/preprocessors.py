@@ -32,9 +32,9 @@ from nbgrader.utils import compute_checksum
 from traitlets import Integer
 
 from course.grading import jobs
-from course.grading.feedback import BEGIN, hide_region
-from course.grading.kernel import SandboxedKernelManager, without_debugger
-from course.grading.sandbox import WORKDIR, Sandbox, ensure_available, sandbox_disabled
+from course.grading.nbgrader.feedback import BEGIN, hide_region
+from course.grading.sandbox.kernel import SandboxedKernelManager, without_debugger
+from course.grading.sandbox.bubblewrap import WORKDIR, Sandbox, ensure_available, sandbox_disabled
 
 UNSANDBOXED = "UNSANDBOXED"
 KERNEL_DIED = "the kernel died (killed or crashed) while running this cell; later cells were not run"
@@ -209,7 +209,7 @@ class StartChecks(NbGraderPreprocessor):
 
 
 # Checks a grading unit started for all of a student's notebooks at once, before nbgrader reaches
-# each one (course.grading.unit): {(submitted folder, notebook): (pending checks, their sources)}.
+# each one (course.grading.classes.unit): {(submitted folder, notebook): (pending checks, their sources)}.
 PRESTARTED: dict[tuple[Path, str], tuple[jobs.PendingChecks, dict[str, str]]] = {}
 
 

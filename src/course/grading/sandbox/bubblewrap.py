@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from course.grading.cgroup import Cgroup
+from course.grading.sandbox.cgroup import Cgroup
 
 NO_SANDBOX_VARIABLE = "COURSE_NO_SANDBOX"
 WORKDIR = "/grading"  # the learner's working folder inside the sandbox (tmpfs)
@@ -68,7 +68,7 @@ class Sandbox:
     env: dict[str, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
     network: bool = False  # False: a private loopback only
-    cgroup: Cgroup | None = None  # where root's processes are counted (see course.grading.cgroup)
+    cgroup: Cgroup | None = None  # where root's processes are counted (see course.grading.sandbox.cgroup)
 
     def command(self, argv: list[str]) -> list[str]:
         """The full command line: join the cgroup, set rlimits, then bwrap, then `argv` inside."""

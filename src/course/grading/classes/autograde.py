@@ -1,0 +1,123 @@
+"""`course autograde`: every student of a class graded, `jobs` at a time, and recorded.
+
+Each student is one grading unit (course.grading.classes.unit) in a worker process or on a Dask
+worker; the coordinator records each outcome as it arrives (course.grading.classes.coordinator).
+"""
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course.grading.classes import report as integrity
+from course.grading.nbgrader.commands import ASSIGNMENT, REPO_ROOT, NbgraderError, check_gradebook, record_assignment
+from course.grading.nbgrader.gradebook import db_url
+from course.grading.sandbox.bubblewrap import ensure_available
+
+
+@dataclass
+class StudentResult:
+    """One student's autograde outcome as recorded in the gradebook."""
+
+    student: str
+    score: float
+    max_score: float
+    # "notebook/grade_id" of a part that scored 0 because its notebook did not run to the end
+    # (time limit, dead kernel), mapped to why.
+    reasons: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    findings: dict[str, int] = field(default_factory=dict)  # integrity.findings: what the grader saw
+    sandboxed: bool = True
+
+
+def autograde(submitted_dir=None, force=False, root=REPO_ROOT, sandbox=True, report="grading-report.csv", jobs=None,
+              scheduler=None, progress=True):
+    """Autograde every student in submitted/ (or `submitted_dir`), `jobs` at a time.
+
+    Each student is one grading unit (course.grading.classes.unit): graded from a copy of their folder,
+    learner code in that student's sandbox, by a worker process that imported nbgrader once (or by
+    a Dask cluster's workers, `scheduler`). This process alone records the results, one student at
+    a time as they arrive, each after checking that the gradebook still matches the release. A
+    progress bar counts the students done, failing and left. Returns a StudentResult per student,
+    prints the summary read back from the gradebook and writes it to `report` (CSV, relative to
+    `root`). Without `force`, students with an autograded folder are skipped. `sandbox=False`
+    grades without isolation: every line says so.
+    """
+    from course.grading.classes import coordinator
+
+    root = Path(root).resolve()
+    submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
+    students = sorted(p.parent.name for p in submitted.glob(f"*/{ASSIGNMENT}") if p.is_dir())
+    if not students:
+        raise NbgraderError(f"no submissions found: expected {submitted}/<student>/{ASSIGNMENT}/*.ipynb")
+    if sandbox and not scheduler:  # a cluster's workers check their own sandbox
+        ensure_available()
+    url = db_url(root)
+    record_assignment(root, url)
+    # The workers start now: their start-up (importing nbgrader) overlaps the checks below.
+    workers = coordinator.DaskWorkers(scheduler) if scheduler else coordinator.LocalWorkers(jobs or os.cpu_count() or 1)
+    try:
+        check_gradebook(root)
+        if not force:
+            students = [s for s in students if not (root / "autograded" / s / ASSIGNMENT).exists()]
+        assignment = coordinator.definition(root, url, ASSIGNMENT)
+        submissions = [coordinator.submission(submitted / s / ASSIGNMENT, s) for s in students]
+        results = _grade_and_record(workers, assignment, submissions, sandbox, root, url, progress)
+    finally:
+        workers.close()
+    results = _read_back(url, sorted(results, key=lambda r: r.student))
+    lines = integrity.report_lines(results)
+    print("\n".join(lines))
+    integrity.write_report(root / report, results)
+    return results
+
+
+def _grade_and_record(workers, assignment, submissions, sandbox, root, url, progress):
+    """Each outcome recorded as it arrives, after the gradebook is checked again."""
+    from course.grading.classes import coordinator
+
+    results = []
+    with _progress(len(submissions), progress) as bar:
+        for student, outcome in workers.grade(assignment, submissions, sandbox):
+            if isinstance(outcome, BaseException):
+                result = StudentResult(student, 0.0, 0.0, {"*": f"not graded: {_one_line(outcome)}"}, sandboxed=sandbox)
+            else:
+                check_gradebook(root)  # before anything is recorded
+                coordinator.record(url, outcome, root)
+                result = StudentResult(student, outcome["score"], outcome["max_score"], outcome["reasons"],
+                                       outcome["seconds"], outcome["findings"], outcome["sandboxed"])
+            results.append(result)
+            bar.update(1)
+            failing = sum(1 for r in results if r.reasons)  # not graded, or a notebook that did not finish
+            bar.set_postfix(failing=failing, left=len(submissions) - len(results), refresh=False)
+    return results
+
+
+@contextmanager
+def _progress(total, shown):
+    """Students done, failing and left, with an ETA (tqdm, on stderr)."""
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit="student", desc="autograde", disable=not shown, dynamic_ncols=True) as bar:
+        bar.set_postfix(failing=0, left=total)
+        yield bar
+
+
+def _one_line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
+
+
+def _read_back(url, results):
+    """Each student's score and maximum as the gradebook now holds them."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(url) as gb:
+        maximum = gb.find_assignment(ASSIGNMENT).max_score
+        for result in results:
+            try:
+                submission = gb.find_submission(ASSIGNMENT, result.student)
+                result.score, result.max_score = submission.score, submission.max_score
+            except MissingEntry:
+                result.score, result.max_score = 0.0, maximum
+    return results
