@@ -1,10 +1,11 @@
-"""Grade answers the way `course autograde` decides points, without nbgrader or a kernel.
+"""Grade answers the way `course autograde` decides points, without nbgrader.
 
-`verdicts(name, replace)` builds the real checker jobs for one notebook: the release's cells, the
-solutions' full sources (hidden tests included), and as the learner's cells the solution's answers
-with `replace` (grade_id -> source) swapped in. Each job runs in its own sandboxed checker, as
-in grading. Tests use it to show that a correct answer written differently keeps its points and
-that a wrong one loses them.
+`verdicts(name, replace)` builds the real checks of one notebook (the release's cells, the
+solutions' full sources, hidden tests included) and runs them through the real judge, learner
+processes and sandboxes, against a submission made of the solution with `replace` (grade_id ->
+source) swapped into its answer cells, and `extra` cells of the learner's own appended. Tests use
+it to show that a correct answer written differently keeps its points and that a wrong one (or a
+hostile one) loses them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from course.grading import jobs
+from course.grading.judge import checks
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
@@ -25,31 +26,38 @@ def _grade_id(cell: dict) -> str:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
 
 
-def verdicts(name: str, replace: dict[str, str] | None = None, only: set[str] | None = None,
-             timeout: float = 120) -> dict[str, dict]:
-    """{test grade_id: verdict} for notebook `name` with the solution's answers, `replace`d."""
+def submission(name: str, replace: dict[str, str] | None = None, extra: list[str] = ()) -> dict:
+    """The solution notebook `name` with answer cells replaced and learner cells added at the end."""
     replace = dict(replace or {})
     solution = json.loads((SOLUTIONS / name).read_text())
-    release = json.loads((RELEASE / name).read_text())
-    full = {_grade_id(c): jobs.cell_text(c["source"]) for c in solution["cells"] if _grade_id(c)}
-    cells = jobs.course_cells(release, full)
-    unknown = set(replace) - {c.grade_id for c in cells if c.solution}
+    answer_ids = {_grade_id(c) for c in solution["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    unknown = set(replace) - answer_ids
     assert not unknown, f"not answer cells of {name}: {sorted(unknown)}"
-    submission = []
+    cells = []
     for cell in solution["cells"]:
         cell = dict(cell)
         if _grade_id(cell) in replace:
             cell["source"] = replace[_grade_id(cell)]
-        submission.append(cell)
-    checks = [c for c in jobs.autograded(cells) if only is None or c.grade_id in only]
-    built = [jobs.build_job(name.removesuffix(".ipynb"), check, cells, submission) for check in checks]
+        cells.append(cell)
+    for number, source in enumerate(extra):
+        cells.append({"cell_type": "code", "id": f"extra-{number}", "metadata": {}, "execution_count": None,
+                      "outputs": [], "source": source})
+    return dict(solution, cells=cells)
+
+
+def verdicts(name: str, replace: dict[str, str] | None = None, only: set[str] | None = None,
+             timeout: float = 120, extra: list[str] = ()) -> dict[str, dict]:
+    """{test grade_id: verdict} for notebook `name` with the solution's answers, `replace`d."""
+    solution = json.loads((SOLUTIONS / name).read_text())
+    full = {_grade_id(c): checks.cell_text(c["source"]) for c in solution["cells"] if _grade_id(c)}
+    jobs, _ = checks.notebook_jobs(name.removesuffix(".ipynb"), RELEASE, full)
+    jobs = [job for job in jobs if only is None or job["cell"] in only]
     with tempfile.TemporaryDirectory(prefix="ch12-answers-") as folder:
         submitted = Path(folder)
         for path in SOLUTIONS.glob("*.ipynb"):  # 04 grades the notebooks beside it
             shutil.copy(path, submitted / path.name)
-        notebook = dict(solution, cells=submission)
-        (submitted / name).write_text(json.dumps(notebook))
-        return jobs.run_checks(built, submitted, RELEASE, timeout=timeout)
+        (submitted / name).write_text(json.dumps(submission(name, replace, extra)))
+        return checks.run_checks(jobs, submitted, RELEASE, timeout=timeout)
 
 
 def failed(found: dict[str, dict]) -> dict[str, str]:
@@ -60,5 +68,5 @@ def failed(found: dict[str, dict]) -> dict[str, str]:
 def blank_answers(name: str) -> dict[str, str]:
     """The release's answer cells as a learner first sees them (stubs)."""
     release = json.loads((RELEASE / name).read_text())
-    return {_grade_id(c): jobs.cell_text(c["source"]) for c in release["cells"]
+    return {_grade_id(c): checks.cell_text(c["source"]) for c in release["cells"]
             if c["cell_type"] == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")}

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import sys
 import tempfile
 import textwrap
 import threading
 import time
+import types
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,15 +52,23 @@ def expect(condition: object, message: str) -> None:
         raise CheckFailed(message)
 
 
+def shown(value: object) -> object:
+    """`value`, unchanged. In a hidden check's message it marks a value the course chooses to show
+    when the check fails (at grading every other value in such a message is replaced by "…", see
+    course.grading.judge.messages): only what cannot carry a hidden case, like which of the
+    learner's own answers were wrong."""
+    return value
+
+
 def not_implemented(name: str, where: str = "in its cell above") -> str:
     """The one sentence for a function that is still a stub (observation, test and checkpoint)."""
     return f"not implemented yet: write `{name}` {where} and run it"
 
 
 def is_stub(value: object) -> bool:
-    """True for nbgrader's stub: a function whose body only raises NotImplementedError."""
-    code = getattr(value, "__code__", None)
-    return code is not None and code.co_names == ("NotImplementedError",)
+    """True for nbgrader's stub: a function (or its code) whose body only raises NotImplementedError."""
+    code = value if isinstance(value, types.CodeType) else getattr(value, "__code__", None)
+    return isinstance(code, types.CodeType) and code.co_names == ("NotImplementedError",)
 
 
 def require_written(namespace: Mapping[str, Any], *names: str) -> None:
@@ -113,6 +123,27 @@ def fresh_shop(prefix: str = "lucy-ch12-") -> Database:
     return db
 
 
+_tracers: dict[int, tuple[sqlite3.Connection, Callable[[str], None]]] = {}
+
+
+def trace(connection: sqlite3.Connection, hook: Callable[[str], None] | None) -> None:
+    """Call `hook(statement)` before each statement `connection` runs (None: stop).
+
+    Recorded here as well as set on the connection, so that a grader that passes the connection
+    to another process by its path can have that process's statements traced by the same hook."""
+    connection.set_trace_callback(hook)
+    if hook is None:
+        _tracers.pop(id(connection), None)
+    else:
+        _tracers[id(connection)] = (connection, hook)
+
+
+def tracer(connection: sqlite3.Connection) -> Callable[[str], None] | None:
+    """The hook `trace` set on `connection`, if any."""
+    found = _tracers.get(id(connection))
+    return found[1] if found is not None and found[0] is connection else None
+
+
 def interleave(connection: sqlite3.Connection, first: Callable[[], Any], location: str | Path,
                second: Callable[[Database], Any], *, pause: float = 0.5) -> dict[str, Any]:
     """Run `first()`, which works on `connection`; at the moment it has read assistant_work and
@@ -150,11 +181,11 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
     thread = threading.Thread(target=rival, daemon=True)
     thread.start()
     ready.wait(10)
-    connection.set_trace_callback(hold_between_read_and_write)
+    trace(connection, hold_between_read_and_write)
     try:
         box["first"] = first()
     finally:
-        connection.set_trace_callback(None)
+        trace(connection, None)
         go.set()
         thread.join(15)
     if "second error" in box:
@@ -163,20 +194,93 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
 
 
 def forced_race(location: str | Path, take: Callable[..., Any], *, now: float | None = None,
-                pause: float = 0.5) -> dict[str, Any]:
-    """Worker A and worker B call take(db, owner, now=now), each on its own connection.
+                pause: float = 0.5, rival: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """Worker A calls take(db, owner, now=now) here; worker B, another process, calls `rival` (by
+    default the same `take`, in a child forked before the race begins), each on its own connection.
 
     B is released exactly between A's read of assistant_work and A's first write, and A waits
-    for B at most `pause` seconds. Returns {"A": ..., "B": ..., "B waited": seconds B spent
-    inside take}; B's error is raised.
+    for B at most `pause` seconds. B is another process because workers are: a claim that only
+    holds a lock of its own process would keep two threads apart and still let two workers in.
+    Returns {"A": ..., "B": ..., "B waited": seconds B spent inside take}; B's error is raised.
     """
     a = Database(location)
+    b = rival if rival is not None else _Forked(take, location)
     try:
         box = interleave(a.connection, lambda: take(a, "worker-A", now=now), location,
-                         lambda rival: take(rival, "worker-B", now=now), pause=pause)
+                         lambda other: b(other, "worker-B", now=now), pause=pause)
     finally:
         a.close()
+        if isinstance(b, _Forked):
+            b.close()
     return {"A": box["first"], "B": box["second"], "B waited": box["second waited"]}
+
+
+class _Forked:
+    """`take` in a child process forked now, before the race begins (so it shares no lock that is
+    held), and run when called: it opens its own connection, and its result (or error) comes back
+    pickled: this is the learner's own kernel, where nothing is graded."""
+
+    def __init__(self, take: Callable[..., Any], location: str | Path, limit: float = 15.0) -> None:
+        import os
+        import pickle
+
+        self.limit, self._pickle = limit, pickle
+        go_read, self._go = os.pipe()
+        self._result, result_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: wait for "go", race, report, exit without any cleanup of the parent's
+            try:
+                os.close(self._go)
+                os.close(self._result)
+                sink = open(os.devnull, "w")
+                sys.stdout = sys.stderr = sink  # a kernel's streams belong to its threads, gone here
+                owner, now = pickle.loads(os.read(go_read, 1 << 16))
+                try:
+                    outcome: tuple[str, Any] = ("value", take(Database(location), owner, now=now))
+                except BaseException as error:
+                    outcome = ("error", error)
+                try:
+                    data = pickle.dumps(outcome)
+                except Exception:
+                    data = pickle.dumps(("error", RuntimeError(repr(outcome[1])[:500])))
+                os.write(result_write, data)
+            finally:
+                os._exit(0)
+        os.close(go_read)
+        os.close(result_write)
+
+    def __call__(self, other: Database, owner: str, *, now: float | None = None) -> Any:
+        import os
+        import select
+
+        os.write(self._go, self._pickle.dumps((owner, now)))
+        chunks = []
+        while select.select([self._result], [], [], self.limit)[0]:
+            chunk = os.read(self._result, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        if not chunks:
+            raise TimeoutError(f"worker B did not finish within {self.limit} s")
+        kind, value = self._pickle.loads(b"".join(chunks))
+        if kind == "error":
+            raise value
+        return value
+
+    def close(self) -> None:
+        import os
+        import signal
+
+        for fd in (self._go, self._result):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
 
 
 def between_check_and_write(db: Database, write: Callable[[], Any], takeover: Callable[[Database], Any],
@@ -196,10 +300,13 @@ def between_check_and_write(db: Database, write: Callable[[], Any], takeover: Ca
     return {"write": box["first"], "rival": box.get("second")}
 
 
-def race_claims(location: str | Path, claim: Callable[..., Any], *, now: float | None = None) -> dict[str, Any]:
-    """`forced_race` over the learner's `claim` (30 s leases); a crash becomes an explanation."""
+def race_claims(location: str | Path, claim: Callable[..., Any], *, now: float | None = None,
+                rival: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """`forced_race` over the learner's `claim` (30 s leases); a crash becomes an explanation.
+    `rival`: worker B's claim, when it is not this process's `claim` in a child (the grader's)."""
+    take_b = None if rival is None else (lambda db, owner, now: rival(db, owner, now=now, ttl=30))
     try:
-        return forced_race(location, lambda db, owner, now: claim(db, owner, now=now, ttl=30), now=now)
+        return forced_race(location, lambda db, owner, now: claim(db, owner, now=now, ttl=30), now=now, rival=take_b)
     except NotImplementedError:
         raise
     except Exception as error:

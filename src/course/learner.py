@@ -1,39 +1,37 @@
-"""Turn a learner's chapter-12 notebooks into an `Ownership` the real worker can run.
+"""A learner's notebooks, run as written: the one definition of what a learner process runs.
 
-The checkpoint does not import notebooks. It reads `01_claims`, `02_fencing` and `03_recovery`
-(nbformat 4 JSON) and executes, in cell order and in a fresh module: the cells tagged `setup`,
-the six graded cells (found by their nbgrader `grade_id`) whole, and only the *definitions*
-(imports, `def`, `class`, literal constants: `course.grading.definitions`) of the learner's
-other cells, as the grader's checker does. So a helper the learner wrote in a cell of its own is
-there when a graded function calls it, while the course's locked cells (observations, tests) and
-every top-level statement of scratch work are ignored: a learner's experiments cannot change
-what is graded. A name a graded function needs but that only a statement binds (`x = f()`)
-is still missing; calling the function then raises a NameError that says so.
+`notebook_cells` lists what runs, in order: the notebook's `setup` cells (at grading, taken from
+the release, COURSE_RELEASE, not from the submission), then every code cell the learner owns (the
+answer cells and any cell they added), whole, top-level statements included. The course's other
+cells (observations, tests) do not run: they are the course's, and decide nothing here.
+`run_cells` runs them in one module, each with a time limit, and keeps what each printed and how
+it ended, as a kernel would. The checkpoint's worker processes (`load_implementation`) and the
+grader's learner process (course.grading.learner.process) both run a notebook this way.
 
-One module per notebook, not one for all three: each notebook is self-contained, and a later
-notebook's `setup` cell may import the *reference* `claim` or `assert_current` (02_fencing
-uses the reference `claim`). In a shared namespace that import would silently replace the
-learner's function, and the checkpoint would grade the reference. Separate modules reproduce
-what each function saw in the learner's own kernel.
+`load_implementation` runs `01_claims`, `02_fencing` and `03_recovery`, one module each (a later
+notebook's `setup` may import the reference `claim`, which must not replace the learner's), and
+returns the five functions a worker calls. A function still holding nbgrader's stub raises
+`NotImplementedYet` ("not implemented yet: write `<function>` in <notebook> and run it").
 
-A function still holding nbgrader's stub (`raise NotImplementedError()`) is not an error here:
-calling it raises `NotImplementedYet`, whose message is "not implemented yet: write `<function>`
-in <notebook> and run it".
-
-Only saved code is judged. `versions` says which version of each graded definition is loaded
-(the notebook and when it was saved) and, where a JupyterLab kernel ran it, whether the kernel
-ran the same source (`course.kernel_runs`). With `require_saved`, a definition whose last run
-in the learner's kernel is newer than the save and differs from it stops the load with "save
-<notebook> first".
+Only saved code is judged. `versions` says which version of each graded definition is loaded (the
+notebook and when it was saved) and, where a JupyterLab kernel ran it, whether the kernel ran the
+same source (`course.kernel_runs`). With `require_saved`, a definition whose last run in the
+learner's kernel is newer than the save and differs from it stops the load ("save <notebook> first").
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import functools
+import io
 import json
 import os
+import signal
 import sys
+import threading
 import time
+import traceback
 import types
 import uuid
 from collections.abc import Callable
@@ -42,12 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from course import kernel_runs
-from course.checks import not_implemented
-from course.grading.definitions import definitions_only
+from course.checks import is_stub, not_implemented
 from sovereign_agent.ownership import REFERENCE, Ownership
 
 REFERENCE_NAME = "reference"
 RELEASE_VARIABLE = "COURSE_RELEASE"  # set by the grader: the release folder holding trusted setup cells
+CELL_SECONDS = 120.0  # a cell's time limit (nbgrader's Execute.timeout in nbgrader_config)
+OUTPUT_LIMIT = 256 * 1024  # characters of one cell's output that are kept
 
 # notebook -> graded cells (grade_id) in the order they are executed, and the name each defines.
 GRADED_CELLS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -72,17 +71,39 @@ class NotImplementedYet(NotImplementedError):
         self.function = function
 
 
+class CellTimeout(KeyboardInterrupt):
+    """A cell ran past its time limit (what a kernel interrupt raises, under a name of its own)."""
+
+
 @dataclass(frozen=True)
 class LearnerCell:
     notebook: str
-    label: str  # "setup", the grade_id, or "definitions #N" for another learner cell
+    label: str  # "setup", the grade_id of an answer cell, or "#N" for a cell the learner added
     source: str
     saved_at: float = 0.0  # the notebook file's modification time
+    index: int | None = None  # position in the notebook (None: a setup cell taken from the release)
+    cell_id: str = ""  # the notebook's own cell id (nbformat 4.5), to put outputs back where they belong
+
+
+@dataclass
+class CellRun:
+    """How one cell ended: what it printed and, if it raised, the error as a kernel shows it."""
+
+    label: str
+    index: int | None
+    cell_id: str = ""
+    output: str = ""
+    ename: str = ""
+    evalue: str = ""
+    traceback: list[str] = field(default_factory=list)
 
     @property
-    def helper(self) -> bool:
-        """Definitions taken from a learner's other cell: it may fail to load without stopping the run."""
-        return self.label.startswith("definitions ")
+    def failed(self) -> bool:
+        return bool(self.ename)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "index": self.index, "id": self.cell_id, "output": self.output, "ename": self.ename,
+                "evalue": self.evalue, "traceback": self.traceback}
 
 
 @dataclass(frozen=True)
@@ -140,84 +161,44 @@ def unsaved_message(stale: list[Version]) -> str:
             "cell again.")
 
 
-@dataclass
-class LoadedImplementation:
-    """What `load_implementation` found; `ownership` is what the worker runs."""
+# --- which cells ---------------------------------------------------------------------------------
 
-    ownership: Ownership
-    folder: Path | None
-    missing: list[str] = field(default_factory=list)  # names still stubs at definition time
-    modules: list[types.ModuleType] = field(default_factory=list)
-    versions: list[Version] = field(default_factory=list)  # which saved version of each definition
-
-
-def describe(implementation: str | Path) -> str:
-    """A short, stable label for reports: 'reference' or the folder's absolute path."""
-    if str(implementation) == REFERENCE_NAME:
-        return REFERENCE_NAME
-    return str(Path(implementation).expanduser().resolve())
-
-
-def learner_cells(folder: str | Path) -> list[LearnerCell]:
-    """The `setup` cells, the six graded cells and the definitions of the learner's other cells,
-    notebook by notebook, in cell order."""
-    folder = Path(folder).expanduser().resolve()
-    if not folder.is_dir():
-        raise LearnerCodeError(f"no notebook folder at {folder}")
-    cells: list[LearnerCell] = []
-    for notebook, graded in GRADED_CELLS.items():
-        path = folder / notebook
-        if not path.is_file():
-            raise LearnerCodeError(f"missing notebook: {path} (expected {', '.join(GRADED_CELLS)})")
-        wanted = {grade_id for grade_id, _ in graded}
-        found: set[str] = set()
-        saved_at = path.stat().st_mtime
-        trusted = _trusted_setup(notebook)
-        cells.extend(LearnerCell(notebook, "setup", source, saved_at) for source in trusted or [])
-        for number, cell in enumerate(_read_cells(path), start=1):
-            if cell.get("cell_type") != "code":
-                continue
-            metadata = cell.get("metadata", {})
-            nbgrader = metadata.get("nbgrader", {})
-            grade_id = nbgrader.get("grade_id")
-            if "setup" in metadata.get("tags", []):
-                if trusted is None:
-                    cells.append(LearnerCell(notebook, "setup", _text(cell.get("source", "")), saved_at))
-            elif grade_id in wanted:
-                if grade_id in found:
-                    raise LearnerCodeError(f"{path} has two cells with grade_id {grade_id!r}")
-                found.add(grade_id)
-                cells.append(LearnerCell(notebook, grade_id, _text(cell.get("source", "")), saved_at))
-            elif not nbgrader.get("locked"):  # the learner's own cell: its definitions only
-                kept = definitions_only(_text(cell.get("source", "")))
-                if kept:
-                    cells.append(LearnerCell(notebook, f"definitions #{number}", kept, saved_at))
-        for grade_id in sorted(wanted - found):
-            raise LearnerCodeError(
-                f"{path} has no code cell with nbgrader grade_id {grade_id!r}: "
-                "restore the cell (or fetch a fresh copy of the notebook) and keep your code in it"
-            )
+def notebook_cells(folder: str | Path, notebook: str) -> list[LearnerCell]:
+    """What a learner process runs of one notebook: setup cells, then the learner's own cells."""
+    path = Path(folder).expanduser().resolve() / notebook
+    if not path.is_file():
+        raise LearnerCodeError(f"missing notebook: {path}")
+    saved_at = path.stat().st_mtime
+    own = _read_cells(path)
+    trusted = _trusted_setup(notebook)
+    setup = trusted if trusted is not None else [_text(c.get("source", "")) for c in own if _is_setup(c)]
+    cells = [LearnerCell(notebook, "setup", source, saved_at) for source in setup]
+    for index, cell in enumerate(own):
+        if cell.get("cell_type") != "code" or _is_setup(cell):
+            continue
+        nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+        if nbgrader.get("solution") or not nbgrader.get("locked"):
+            label = nbgrader.get("grade_id") if nbgrader.get("solution") else f"#{index + 1}"
+            cells.append(LearnerCell(notebook, label or f"#{index + 1}", _text(cell.get("source", "")), saved_at, index,
+                                     str(cell.get("id", ""))))
     return cells
+
+
+def _is_setup(cell: dict[str, Any]) -> bool:
+    return cell.get("cell_type") == "code" and "setup" in cell.get("metadata", {}).get("tags", [])
 
 
 def _trusted_setup(notebook: str) -> list[str] | None:
     """While grading, `setup` cells come from the release (COURSE_RELEASE), not the submission:
-    a submission may have edited them, and they run before the learner's functions."""
+    a submission may have edited them."""
     release = os.environ.get(RELEASE_VARIABLE)
     if not release:
         return None
-    cells = _read_cells(Path(release) / notebook)
-    return [_text(c.get("source", "")) for c in cells
-            if c.get("cell_type") == "code" and "setup" in c.get("metadata", {}).get("tags", [])]
+    return [_text(c.get("source", "")) for c in _read_cells(Path(release) / notebook) if _is_setup(c)]
 
 
 def _read_cells(path: Path) -> list[dict[str, Any]]:
-    """A notebook's cells in nbformat 4 structure.
-
-    Version 4 files (everything Jupyter has written since 2015) are read as the JSON they are:
-    importing nbformat costs seconds here (jsonschema compiles format grammars at import), and
-    every worker process would pay it. Older formats go through nbformat's converter.
-    """
+    """A notebook's cells in nbformat 4 structure (read as JSON: importing nbformat costs seconds)."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
@@ -242,69 +223,193 @@ def _text(source: str | list[str]) -> str:
     return source if isinstance(source, str) else "".join(source)
 
 
-def load_implementation(implementation: str | Path, *, require_saved: bool = False) -> LoadedImplementation:
-    """`"reference"` or a folder holding the learner's three notebooks.
+# --- running them --------------------------------------------------------------------------------
 
-    `require_saved`: raise LearnerCodeError ("save <notebook> first") when a learner's kernel
-    ran a graded definition that the saved notebook does not hold.
-    """
-    if str(implementation) == REFERENCE_NAME:
-        return LoadedImplementation(REFERENCE, None)
-    folder = Path(implementation).expanduser().resolve()
-    cells = learner_cells(folder)
-    judged = versions(cells, folder)
-    stale = [version for version in judged if version.unsaved]
-    if require_saved and stale:
-        raise LearnerCodeError(unsaved_message(stale))
-    modules: dict[str, types.ModuleType] = {}
-    missing: list[str] = []
-    defined: dict[str, Any] = {}
-    for cell in cells:
-        module = modules.get(cell.notebook)
-        if module is None:
-            module = modules[cell.notebook] = _fresh_module(cell.notebook)
-        where = f"{cell.notebook}, cell {cell.label!r}"
-        try:
-            exec(compile(cell.source, f"<{where}>", "exec"), module.__dict__)
-        except NotImplementedError:
-            # A stub at definition time (nbgrader's stub inside a class body does this).
-            missing.extend(name for grade_id, name in GRADED_CELLS[cell.notebook] if grade_id == cell.label)
-            continue
-        except Exception as error:
-            if cell.helper:  # a failing import or decorator in another cell: that cell defines less
-                continue
-            raise LearnerCodeError(f"{where} raised {type(error).__name__}: {error}") from error
-        for grade_id, name in GRADED_CELLS[cell.notebook]:
-            if grade_id == cell.label:
-                if name not in module.__dict__:
-                    raise LearnerCodeError(f"{where} does not define {name!r}")
-                # Captured now: a later cell rebinding the name cannot swap the graded object.
-                defined[name] = module.__dict__[name]
-    functions = {name: _guarded(name, defined.get(name), missing) for name in FUNCTIONS}
-    return LoadedImplementation(Ownership(**functions), folder, missing, list(modules.values()), judged)
-
-
-def load_ownership(folder: str | Path) -> Ownership:
-    """The learner's `claim`, `assert_current`, `observe`, `finish` and `order_to_continue`.
-
-    `"reference"` returns the reference runtime (`sovereign_agent.ownership.REFERENCE`).
-    Raises LearnerCodeError for a missing notebook or cell, or a cell that fails to run.
-    """
-    return load_implementation(folder).ownership
-
-
-def _fresh_module(notebook: str) -> types.ModuleType:
-    """A new module registered in sys.modules, so dataclasses (and pickling) can find it."""
+def fresh_module(notebook: str) -> types.ModuleType:
+    """A new module registered in sys.modules, so dataclasses can find it, marked as the learner's
+    (course.grading.wire looks a learner's class up among such modules)."""
     name = f"course_learner_{Path(notebook).stem}_{uuid.uuid4().hex[:8]}"
-    module = types.ModuleType(name, f"graded cells of {notebook}")
-    module.__dict__["__builtins__"] = __builtins__
+    module = types.ModuleType(name, f"the learner's cells of {notebook}")
+    module.__dict__.update(__builtins__=__builtins__, __course_learner__=True, display=_display)
     sys.modules[name] = module
     return module
 
 
+def run_cells(cells: list[LearnerCell], module: types.ModuleType, seconds: float = CELL_SECONDS) -> list[CellRun]:
+    """Run each cell as written, in order, in `module`; a failing cell is recorded and the next runs
+    (as nbgrader does). Each cell gets `seconds` (enforced where a signal can be: the main thread)."""
+    return [_run_cell(cell, module.__dict__, seconds) for cell in cells]
+
+
+def _run_cell(cell: LearnerCell, namespace: dict[str, Any], seconds: float) -> CellRun:
+    run = CellRun(cell.label, cell.index, cell.cell_id)
+    buffer = _Bounded()
+    filename = f"<{cell.notebook}, cell {cell.label!r}>"
+    try:
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer), _time_limit(seconds):
+            body, last = _compile(cell.source, filename, namespace)
+            exec(body, namespace)
+            if last is not None:
+                value = eval(last, namespace)
+                if value is not None:
+                    print(repr(value))
+    except BaseException as error:  # the learner's cell may raise anything, SystemExit included
+        if isinstance(error, CellTimeout):
+            run.ename, run.evalue = "CellTimeoutError", f"the cell ran past the time limit ({seconds:g} s) and was interrupted"
+        else:
+            run.ename, run.evalue = type(error).__name__, _message(error)
+        run.traceback = traceback.format_exception_only(type(error), error) if isinstance(error, SyntaxError) else \
+            traceback.format_exception(type(error), error, error.__traceback__.tb_next if error.__traceback__ else None)
+    run.output = buffer.text()
+    return run
+
+
+def _compile(source: str, filename: str, namespace: dict[str, Any]) -> tuple[types.CodeType, types.CodeType | None]:
+    """The cell's statements, and its last expression apart (a kernel displays its value).
+    IPython syntax (%magic, !shell) is translated by IPython when the cell is not plain Python."""
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError:
+        if not any(line.lstrip().startswith(("%", "!")) for line in source.splitlines()):
+            raise
+        from IPython.core.inputtransformer2 import TransformerManager
+        from IPython.core.interactiveshell import InteractiveShell
+
+        namespace.setdefault("get_ipython", InteractiveShell.instance)
+        tree = ast.parse(TransformerManager().transform_cell(source), filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
+    return compile(tree, filename, "exec"), last
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise CellTimeout()
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class _Bounded(io.TextIOBase):
+    """A cell's output, kept up to OUTPUT_LIMIT characters."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+
+    def write(self, text: str) -> int:
+        if self.size < OUTPUT_LIMIT:
+            self.parts.append(text[: OUTPUT_LIMIT - self.size])
+        self.size += len(text)
+        return len(text)
+
+    def text(self) -> str:
+        cut = f"\n[output limit reached: {self.size - OUTPUT_LIMIT} more characters not kept]\n"
+        return "".join(self.parts) + (cut if self.size > OUTPUT_LIMIT else "")
+
+
+def _display(*values: Any) -> None:
+    """`display` outside a kernel: the values' text."""
+    for value in values:
+        print(repr(value))
+
+
+def _message(error: BaseException) -> str:
+    try:
+        return str(error)[:2000]
+    except Exception:  # a learner __str__ that raises
+        return "(its message could not be shown)"
+
+
+# --- the checkpoint's implementation -------------------------------------------------------------
+
+@dataclass
+class LoadedImplementation:
+    """What `load_implementation` found; `ownership` is what the worker runs."""
+
+    ownership: Ownership
+    folder: Path | None
+    missing: list[str] = field(default_factory=list)  # names still stubs at definition time
+    modules: list[types.ModuleType] = field(default_factory=list)
+    versions: list[Version] = field(default_factory=list)  # which saved version of each definition
+    runs: list[CellRun] = field(default_factory=list)  # how each cell ended
+
+
+def describe(implementation: str | Path) -> str:
+    """A short, stable label for reports: 'reference' or the folder's absolute path."""
+    if str(implementation) == REFERENCE_NAME:
+        return REFERENCE_NAME
+    return str(Path(implementation).expanduser().resolve())
+
+
+def load_implementation(implementation: str | Path, *, require_saved: bool = False,
+                        seconds: float = CELL_SECONDS) -> LoadedImplementation:
+    """`"reference"` or a folder holding the learner's three notebooks, each run as written.
+
+    A graded cell that raised without defining its name stops the load with the cell's own error;
+    one that still holds the stub makes that function `NotImplementedYet`.
+    `require_saved`: raise LearnerCodeError ("save <notebook> first") when a learner's kernel ran
+    a graded definition that the saved notebook does not hold.
+    """
+    if str(implementation) == REFERENCE_NAME:
+        return LoadedImplementation(REFERENCE, None)
+    folder = Path(implementation).expanduser().resolve()
+    if not folder.is_dir():
+        raise LearnerCodeError(f"no notebook folder at {folder}")
+    cells = {notebook: notebook_cells(folder, notebook) for notebook in GRADED_CELLS}
+    for notebook, graded in GRADED_CELLS.items():
+        present = {cell.label for cell in cells[notebook]}
+        for grade_id, _ in graded:
+            if grade_id not in present:
+                raise LearnerCodeError(
+                    f"{folder / notebook} has no code cell with nbgrader grade_id {grade_id!r}: restore the "
+                    "cell (or fetch a fresh copy of the notebook) and keep your code in it")
+    judged = versions([c for found in cells.values() for c in found], folder)
+    stale = [version for version in judged if version.unsaved]
+    if require_saved and stale:
+        raise LearnerCodeError(unsaved_message(stale))
+    loaded = LoadedImplementation(REFERENCE, folder, versions=judged)
+    defined: dict[str, Any] = {}
+    for notebook, graded in GRADED_CELLS.items():
+        module = fresh_module(notebook)
+        loaded.modules.append(module)
+        for cell in cells[notebook]:
+            (run,) = run_cells([cell], module, seconds)
+            loaded.runs.append(run)
+            for grade_id, name in graded:
+                if grade_id != cell.label:
+                    continue
+                if run.ename == "NotImplementedError" or (name in module.__dict__ and is_stub(module.__dict__[name])):
+                    loaded.missing.append(name)
+                elif name not in module.__dict__:
+                    raise LearnerCodeError(f"{notebook}, cell {grade_id!r} raised {run.ename}: {run.evalue}"
+                                           if run.failed else f"{notebook}, cell {grade_id!r} does not define {name!r}")
+                # Captured now: a later cell rebinding the name cannot swap the graded object.
+                defined[name] = module.__dict__.get(name)
+    functions = {name: _guarded(name, defined.get(name), loaded.missing) for name in FUNCTIONS}
+    loaded.ownership = Ownership(**functions)
+    return loaded
+
+
+def load_ownership(folder: str | Path) -> Ownership:
+    """The learner's `claim`, `assert_current`, `observe`, `finish` and `order_to_continue`."""
+    return load_implementation(folder).ownership
+
+
 def _guarded(name: str, function: Callable[..., Any] | None, missing: list[str]) -> Callable[..., Any]:
     """Call the learner's function; a stub says which function is missing instead of crashing."""
-    if function is None or not callable(function):
+    if function is None or not callable(function) or name in missing:
 
         def absent(*args: Any, **kwargs: Any) -> Any:
             raise NotImplementedYet(name)
@@ -321,17 +426,10 @@ def _guarded(name: str, function: Callable[..., Any] | None, missing: list[str])
         except NotImplementedError as error:
             raise NotImplementedYet(_innermost_stub(error, name)) from None
         except NameError as error:
-            # `claim` builds a Claim: if that class is still a stub, name it rather than the
-            # NameError it causes.
+            # `claim` builds a Claim: if that class is still a stub, name it rather than the NameError.
             if error.name in missing:
                 raise NotImplementedYet(error.name) from None
-            raise NameError(
-                f"{error}: `{function.__name__}` needs `{error.name}`, which the checkpoint did not find. It runs "
-                "your notebooks' setup cells, your graded cells, and only the definitions (import, def, class, "
-                f"a literal constant) of your other cells; give `{error.name}` one of those forms, in a cell "
-                "of the same notebook, and save it.",
-                name=error.name,
-            ) from None
+            raise
 
     return call
 
@@ -341,12 +439,12 @@ def _innermost_stub(error: BaseException, default: str) -> str:
     `assert_current`; the learner should be sent to the stub."""
     graded = {name for cells in GRADED_CELLS.values() for _, name in cells}
     found = default
-    traceback = error.__traceback__
-    while traceback is not None:
-        code = traceback.tb_frame.f_code
+    trace = error.__traceback__
+    while trace is not None:
+        code = trace.tb_frame.f_code
         # Cells are compiled as "<01_claims.ipynb, cell 'claim'>": a frame of the learner's own code.
         notebook = code.co_filename[1:].split(",", 1)[0] if code.co_filename.startswith("<") else ""
         if notebook in GRADED_CELLS and code.co_name in graded:
             found = code.co_name
-        traceback = traceback.tb_next
+        trace = trace.tb_next
     return found

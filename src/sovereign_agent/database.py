@@ -45,20 +45,26 @@ class Database:
             raise ValueError("synchronous must be FULL or NORMAL")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.connection = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None
-        )
-        self.connection.row_factory = sqlite3.Row
-        self.connection.execute("PRAGMA journal_mode=WAL")
-        self.connection.execute(f"PRAGMA synchronous={synchronous}")
-        self.connection.execute("PRAGMA foreign_keys=ON")
-        self.connection.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
+        self.connection = _connect(self.path, synchronous)
         try:
             self._migrate()
             self._check_authority()
         except BaseException:
             self.connection.close()
             raise
+
+    @classmethod
+    def reopen(cls, path: str | Path) -> "Database":
+        """Another connection to a database that exists, set up like every other (WAL, busy
+        timeout, foreign keys) but neither migrated nor checked against its marker: a second
+        process joining a database mid-experiment (the grader's learner process) must see it as
+        it is, a missing marker included."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no database at {path}")
+        db = cls.__new__(cls)
+        db.path = Path(path)
+        db.connection = _connect(db.path, "FULL")
+        return db
 
     @contextmanager
     def immediate(self) -> Iterator[sqlite3.Connection]:
@@ -120,6 +126,16 @@ class Database:
             raise AuthorityMismatch(f"authority marker {marker} is missing") from None
         if found != epoch:
             raise AuthorityMismatch(f"{marker} does not match this database's epoch")
+
+
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
+    connection.row_factory = sqlite3.Row
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute(f"PRAGMA synchronous={synchronous}")
+    connection.execute("PRAGMA foreign_keys=ON")
+    connection.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
+    return connection
 
 
 def _publish(marker: Path, epoch: str) -> None:

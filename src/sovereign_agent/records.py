@@ -27,6 +27,11 @@ def lease_expiry(connection: sqlite3.Connection, work_id: str) -> float | None:
     return None if held is None else held["expires"]
 
 
+def authority_epoch(connection: sqlite3.Connection) -> str:
+    """The runtime's current authority epoch (every claim carries it)."""
+    return connection.execute("SELECT epoch FROM assistant_control WHERE id=1").fetchone()[0]
+
+
 def is_cancelled(connection: sqlite3.Connection, work_id: str) -> bool:
     row = connection.execute("SELECT cancelled FROM assistant_work WHERE id=?", (work_id,)).fetchone()
     return bool(row and row[0])

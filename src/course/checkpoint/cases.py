@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from course.checkpoint import stale
 from course.checkpoint.evidence import CaseEvidence, claim_fields, count_shop, count_supplier, exit_signal, work_state
 from course.checkpoint.model import CountingModel, NewReasoningRequested, NoNewReasoning
 from course.checkpoint.processes import START_TIMEOUT, WorkerFailed, WorkerProcess
@@ -46,10 +47,10 @@ from reference_organizations.store.agent import OfflineShopModel, seed_lucy
 from reference_organizations.store.assistant import run_once
 from reference_organizations.store.supplier import SupplierProcess, start_supplier
 from sovereign_agent.assistant_orders import SpendingPolicy
-from sovereign_agent.assistant_work import enqueue
+from sovereign_agent.assistant_work import Claim, enqueue
 from sovereign_agent.database import Database
 from sovereign_agent.ownership import Ownership
-from sovereign_agent.records import lease_expiry, orders_of, spending_policy
+from sovereign_agent.records import authority_epoch, lease_expiry, orders_of, spending_policy
 
 KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH = "killed", "live_stale", "paused", "accepted_then_crash"
 ALL = (KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH)
@@ -71,11 +72,18 @@ class Abort(Exception):
 
 @dataclass(frozen=True)
 class Setting:
-    ownership: Ownership  # the implementation under test, loaded in this (parent) process
-    worker_implementation: str  # what the worker loads: "reference" or an absolute folder
+    ownership: Ownership  # the implementation under test, as the parent calls it
+    worker_implementation: str  # what the worker loads: "reference" or a folder
     label: str
     lease: float
     folder: Path
+    # When grading (course.grading.judge.harness): how a worker process starts (in a learner
+    # sandbox), a folder for the supplier ledgers that workers cannot reach, and `verify`: the
+    # parent makes the stale writes itself, through `ownership`, and only those count.
+    spawn: Callable[..., Any] | None = None
+    private: Path | None = None
+    verify: bool = False
+    claim_class: type | None = None  # the learner's Claim, to rebuild the old holder's claim (verify)
 
 
 @dataclass
@@ -151,7 +159,9 @@ def prepare(
                             lease_seconds=setting.lease)
     folder = setting.folder / name
     folder.mkdir(parents=True)
-    prepared = Prepared(name, evidence, folder, folder / "agent.sqlite", folder / "supplier.sqlite", ExitStack())
+    ledgers = (setting.private or setting.folder) / name
+    ledgers.mkdir(parents=True, exist_ok=True)
+    prepared = Prepared(name, evidence, folder, folder / "agent.sqlite", ledgers / "supplier.sqlite", ExitStack())
     try:
         # The database stays on this thread: sqlite3 connections belong to their thread.
         prepared.db = Database(prepared.database)
@@ -176,13 +186,14 @@ def _start_processes(
     try:
         prepared.worker = prepared.stack.enter_context(WorkerProcess(
             prepared.folder, database=prepared.database, implementation=setting.worker_implementation,
-            owner=owner, lease=setting.lease,
+            owner=owner, lease=setting.lease, spawn=setting.spawn,
         ))
         evidence.worker_pid, evidence.worker_owner = prepared.worker.pid, owner
         evidence.mark("old worker", "process started", prepared.worker.started_at)
         if switches is None and prepared.name == ACCEPTED_THEN_CRASH:
             switches = {"hold_seconds": HOLD_SECONDS, "committed_file": prepared.folder / "committed.json"}
-        prepared.supplier = prepared.stack.enter_context(start_supplier(prepared.ledger, **(switches or {})))
+        socket = {"socket": prepared.folder / "supplier.sock"} if setting.spawn is not None else {}
+        prepared.supplier = prepared.stack.enter_context(start_supplier(prepared.ledger, **(switches or {}), **socket))
         evidence.supplier_pid = prepared.supplier.pid
         evidence.mark("supplier", "listening", time.time())
     except Exception as error:
@@ -390,12 +401,36 @@ def _pass_error(stage: Stage, error: Exception, decisions: list[tuple[str, Any]]
 
 def _stale_writes(stage: Stage) -> None:
     evidence = stage.prepared.evidence
-    reply = stage.prepared.worker.request({"do": "stale", "endpoint": stage.prepared.supplier.endpoint})
+    reply = stage.prepared.worker.request({"do": "stale", "endpoint": _endpoint(stage)})
     evidence.stale_attempts = reply.get("attempts", [])
+    if stage.setting.verify:  # the worker's own report is not evidence: the parent's attempts are
+        client = stage.prepared.supplier.client()
+        evidence.stale_attempts = stale.writes(stage.prepared.db, stage.setting.ownership, _old_claim(stage),
+                                               evidence.operation, client, stage.policy)
     evidence.refused_boundaries = [a["boundary"] for a in evidence.stale_attempts if a["outcome"] == "refused"]
     for attempt in evidence.stale_attempts:
         evidence.mark("old worker", f"{attempt['boundary']}: {attempt['outcome']}", attempt["at"],
                       boundary=attempt["boundary"], outcome=attempt["outcome"])
+
+
+def _endpoint(stage: Stage) -> str:
+    """Where the old worker reaches the supplier: its Unix socket when the worker has a network of
+    its own (a learner sandbox), else its loopback address."""
+    return stage.prepared.supplier.socket_endpoint or stage.prepared.supplier.endpoint
+
+
+def _old_claim(stage: Stage) -> Any:
+    """The old holder's claim, rebuilt from what the parent knows itself: the assignment it queued,
+    the first generation, the label it gave the worker, the epoch in the database."""
+    evidence = stage.prepared.evidence
+    epoch = authority_epoch(stage.prepared.db.connection)
+    fields = dict(id=evidence.work_id, session=OPERATOR, prompt=PROMPT, generation=1, owner=evidence.worker_owner,
+                  epoch=epoch, subject=SUBJECT, role="shop")
+    cls = stage.setting.claim_class or Claim
+    try:
+        return cls(**{name: fields[name] for name in (f.name for f in dataclasses.fields(cls))})
+    except (KeyError, TypeError):  # a Claim declared with other fields: the chapter's own then
+        return Claim(**fields)
 
 
 def _dismiss(stage: Stage) -> None:
@@ -420,6 +455,9 @@ def _live_stale(stage: Stage) -> None:
     # Beyond the chapter: expiry alone (nobody has replaced it yet) must end its authority.
     probe = stage.prepared.worker.request({"do": "observe"})
     stage.prepared.evidence.expired_probe = probe.get("attempts", [])
+    if stage.setting.verify:
+        stage.prepared.evidence.expired_probe = [stale.transcript(stage.prepared.db, stage.setting.ownership,
+                                                                  _old_claim(stage))]
     for attempt in stage.prepared.evidence.expired_probe:
         stage.prepared.evidence.mark("old worker", f"after expiry, {attempt['boundary']}: {attempt['outcome']}",
                             attempt["at"], boundary=attempt["boundary"], outcome=attempt["outcome"])
@@ -443,7 +481,7 @@ def _accepted_then_crash(stage: Stage) -> None:
     # refuses to admit the request.
     timeout = round(stage.setting.lease / 2, 3)
     committed = stage.prepared.folder / "committed.json"
-    worker.send({"do": "execute", "endpoint": stage.prepared.supplier.endpoint, "timeout": timeout})
+    worker.send({"do": "execute", "endpoint": _endpoint(stage), "timeout": timeout})
     deadline = time.monotonic() + stage.setting.lease + 5.0
     while not committed.exists():
         early = worker.poll_reply(0.005)

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reference_organizations.children import spawn, stop, wait_for_file
+from reference_organizations.children import spawn as children_spawn
+from reference_organizations.children import stop, wait_for_file
 
 START_TIMEOUT = 30.0
 REPLY_TIMEOUT = 15.0
@@ -40,6 +41,7 @@ class WorkerProcess:
         owner: str,
         lease: float,
         idle_timeout: float = 60.0,
+        spawn: Any = None,
     ) -> None:
         self.folder = folder
         self.ready_file = folder / "worker.ready.json"
@@ -58,8 +60,11 @@ class WorkerProcess:
             "--lease", repr(float(lease)), "--ready", str(self.ready_file),
             "--commands", str(self.commands), "--idle-timeout", repr(float(idle_timeout)),
         ]
-        with open(self.log, "ab") as log:
-            self.process: subprocess.Popen[bytes] = spawn(argv, stdout=subprocess.PIPE, stderr=log)
+        if spawn is None:  # a child of this process, dying with it
+            with open(self.log, "ab") as log:
+                self.process: Any = children_spawn(argv, stdout=subprocess.PIPE, stderr=log)
+        else:  # grading: a process in a learner sandbox, started (and signalled) by the grader
+            self.process = spawn(argv, log=self.log)
         self.started_at = time.time()
 
     @property
@@ -129,6 +134,8 @@ class WorkerProcess:
         self.paused = False
 
     def state(self) -> str:
+        if hasattr(self.process, "state"):
+            return self.process.state()
         try:
             stat = Path(f"/proc/{self.pid}/stat").read_text()
         except OSError:
@@ -151,7 +158,7 @@ class WorkerProcess:
         """Leave nothing running: end-of-file first, then SIGCONT/SIGTERM/SIGKILL as needed."""
         self.release()
         if self.process.poll() is None and self.paused:
-            os.kill(self.pid, signal.SIGCONT)
+            self.process.send_signal(signal.SIGCONT)
             self.paused = False
         if self.process.poll() is None:
             self.wait(1.0)
@@ -159,7 +166,7 @@ class WorkerProcess:
         self.commands.unlink(missing_ok=True)
 
     def _signal(self, signum: signal.Signals, what: str) -> None:
-        os.kill(self.pid, signum)
+        self.process.send_signal(signum)
         self.signals.append({"what": what, "signal": signum.name, "at": time.time()})
 
     def _log_tail(self) -> str:

@@ -16,15 +16,18 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from course.checkpoint.cases import ALL, TITLES, Prepared, Setting, prepare, run_prepared
 from course.checkpoint.evidence import CaseEvidence, lease_union
 from course.checkpoint.verdict import judge
 from course.learner import REFERENCE_NAME, LearnerCodeError, describe, load_implementation
+from sovereign_agent.ownership import Ownership
 
 # Narrower than any claim allows (the runtime's check_ttl): the checkpoint waits each lease out
 # on the wall clock, case after case, and below half a second a process start eats the lease.
@@ -55,8 +58,20 @@ class Checkpoint(list):
         return [case.to_json() for case in self]
 
 
+@dataclass(frozen=True)
+class Elsewhere:
+    """The implementation when its code may not run in this process (the grader's judge): the
+    five functions as callables of a learner process, the learner's Claim class, how to start a
+    worker in a learner sandbox, and a folder for the ledgers that sandbox cannot reach."""
+
+    ownership: Ownership
+    claim_class: type | None
+    spawn: Callable[..., Any]
+    private: Path
+
+
 def run_checkpoint(
-    implementation: str | Path = REFERENCE_NAME,
+    implementation: str | Path | Elsewhere = REFERENCE_NAME,
     lease_seconds: float = 2.0,
     cases: Iterable[str] = ALL,
     output_dir: str | Path | None = None,
@@ -78,24 +93,34 @@ def run_checkpoint(
     started = time.monotonic()
     cases = tuple(cases)
     _check(cases, lease_seconds)
-    label = describe(implementation)
+    label = "your notebooks" if isinstance(implementation, Elsewhere) else describe(implementation)
     result = Checkpoint()
     if output_dir is not None:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         result.folder = Path(tempfile.mkdtemp(prefix="run-", dir=output_dir))
     try:
-        loaded = load_implementation(implementation, require_saved=require_saved)
+        loaded = None if isinstance(implementation, Elsewhere) else load_implementation(
+            implementation, require_saved=require_saved)
     except LearnerCodeError as error:  # every case fails with the same, specific sentence
         result.extend(CaseEvidence(name, TITLES[name], label, float(lease_seconds), failures=[str(error)])
                       for name in cases)
     else:
-        result.versions = loaded.versions
+        result.versions = loaded.versions if loaded is not None else []
         with (tempfile.TemporaryDirectory(prefix="ch12-checkpoint-") if result.folder is None
               else nullcontext(result.folder)) as folder:
-            _run_cases(cases, Setting(loaded.ownership, label, label, float(lease_seconds), Path(folder)), result)
+            _run_cases(cases, _setting(implementation, loaded, label, float(lease_seconds), Path(folder)), result)
     result.wall_seconds = time.monotonic() - started
     _keep(result)
     return result
+
+
+def _setting(implementation: Any, loaded: Any, label: str, lease: float, folder: Path) -> Setting:
+    if loaded is not None:
+        return Setting(loaded.ownership, label, label, lease, folder)
+    # The worker loads the notebooks of its own working folder (the learner sandbox's).
+    ledgers = Path(tempfile.mkdtemp(prefix="ledgers-", dir=implementation.private))  # this run's own
+    return Setting(implementation.ownership, ".", label, lease, folder, spawn=implementation.spawn,
+                   private=ledgers, verify=True, claim_class=implementation.claim_class)
 
 
 def _check(cases: tuple[str, ...], lease_seconds: object) -> None:

@@ -42,7 +42,7 @@ import os
 import select
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,9 @@ def _ready(args: argparse.Namespace, record: dict[str, Any], error: BaseExceptio
     from reference_organizations.children import write_atomically
 
     if error is not None:
-        record["error"] = _explain(error)
+        from course.checkpoint.stale import explain
+
+        record["error"] = explain(error)
     record["ready_at"] = time.time()
     write_atomically(args.ready, json.dumps(record, sort_keys=True))
     return 3 if error is not None else 0
@@ -206,65 +208,26 @@ def _commands(channel: int, idle_timeout: float) -> Iterator[dict[str, Any]]:
 
 
 def _handle(command: dict[str, Any], held: Held) -> dict[str, Any]:
+    from course.checkpoint import stale
     from sovereign_agent.assistant_orders import execute
 
     what = command.get("do")
     if what == "observe":
-        return {"do": what, "attempts": [_attempt("transcript", lambda: _observe(held))]}
+        return {"do": what, "attempts": [stale.transcript(held.db, held.ownership, held.work)]}
     if what == "stale":
-        client = _client(command, held)
-        attempts = [
-            _attempt("transcript", lambda: _observe(held)),
-            _attempt("completion", lambda: held.ownership.finish(
-                held.db, held.work, "DONE", f"stale result from generation {held.work.generation}")),
-            _attempt("supplier", lambda: execute(
-                held.db, held.work, held.order, client, policy=held.policy, fence=held.ownership.assert_current)),
-        ]
-        return {"do": what, "attempts": attempts}
+        return {"do": what, "attempts": stale.writes(held.db, held.ownership, held.work, held.order,
+                                                     _client(command, held), held.policy)}
     if what == "execute":
         client = _client(command, held)
-        return {"do": what, "attempts": [_attempt("supplier", lambda: execute(
+        return {"do": what, "attempts": [stale.attempt("supplier", lambda: execute(
             held.db, held.work, held.order, client, policy=held.policy, fence=held.ownership.assert_current))]}
     return {"do": what, "error": f"unknown command {what!r}"}
-
-
-def _observe(held: Held) -> None:
-    held.ownership.observe(
-        held.db, held.work, {"role": "assistant", "content": f"stale answer from generation {held.work.generation}"}
-    )
 
 
 def _client(command: dict[str, Any], held: Held) -> Any:
     from reference_organizations.store.supplier import SupplierClient
 
     return SupplierClient(command["endpoint"], identity=held.identity, timeout=float(command.get("timeout", 3.0)))
-
-
-def _attempt(boundary: str, action: Callable[[], Any]) -> dict[str, Any]:
-    """Try one controlled write with the held claim and say how it ended."""
-    from course.learner import NotImplementedYet
-    from sovereign_agent.assistant_orders import OrderRefused
-
-    at = time.time()
-    try:
-        action()
-    except NotImplementedYet as error:
-        return {"boundary": boundary, "outcome": "not implemented", "error": str(error), "at": at}
-    except OrderRefused as error:  # a PermissionError, but from the order rules, not the fence
-        return {"boundary": boundary, "outcome": "refused by order rules", "error": _explain(error), "at": at}
-    except PermissionError as error:
-        return {"boundary": boundary, "outcome": "refused", "error": _explain(error), "at": at}
-    except Exception as error:
-        return {"boundary": boundary, "outcome": "error", "error": _explain(error), "at": at}
-    return {"boundary": boundary, "outcome": "accepted", "at": at}
-
-
-def _explain(error: BaseException) -> str:
-    from course.learner import NotImplementedYet
-
-    if isinstance(error, NotImplementedYet):
-        return str(error)
-    return f"{type(error).__name__}: {error}"
 
 
 def _claim_stdout() -> Any:

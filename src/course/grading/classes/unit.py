@@ -80,14 +80,14 @@ def grade(assignment: Assignment, submission: Submission, sandbox: bool = True) 
 def run(assignment: Assignment, submission: Submission, sandbox: bool = True) -> dict:
     """`grade`, then wait for its checks, kill every process it left behind and remove the
     sandboxes' cgroups (a worker grades one student at a time)."""
-    from course.grading import jobs
+    from course.grading.judge import checks
     from course.grading.sandbox.cgroup import Cgroup
 
     reaper.become_subreaper()
     try:
         return grade(assignment, submission, sandbox)
     finally:
-        jobs.wait_for_all()
+        checks.wait_for_all()
         reaper.kill_all_descendants()
         Cgroup.remove_left()
 
@@ -215,13 +215,13 @@ def _config(root: Path, assignment: str, student: str, notebook: str):
 
 
 def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str]) -> None:
-    """Start every notebook's checks now, in one check server for the student; nbgrader's
-    StartChecks picks them up (protect.PRESTARTED). A notebook whose checks cannot be built here
-    (unreadable, unknown) is left to StartChecks."""
+    """Start every notebook's checks now, in one judge sandbox for the student; nbgrader's
+    StartChecks picks them up (preprocessors.PRESTARTED). A notebook whose checks cannot be built
+    here (one the assignment does not have) is left to StartChecks."""
     from nbgrader.api import Gradebook
     from nbgrader.coursedir import CourseDirectory
 
-    from course.grading import jobs
+    from course.grading.judge import checks
     from course.grading.nbgrader.preprocessors import PRESTARTED, StartChecks
 
     config = _config(root, assignment, student, "*")
@@ -233,11 +233,10 @@ def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str
         for notebook in notebooks:
             try:
                 full = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
-                cells = json.loads((submitted / f"{notebook}.ipynb").read_text())["cells"]
-                built[notebook], sources[notebook] = jobs.notebook_jobs(notebook, release, full, [dict(c) for c in cells])
-            except Exception:  # a malformed or unknown notebook: nbgrader reports it in its own words
+                built[notebook], sources[notebook] = checks.notebook_jobs(notebook, release, full)
+            except Exception:  # an unknown notebook: nbgrader reports it in its own words
                 continue
-    for notebook, pending in jobs.start_checks(built, submitted, release, timeout).items():
+    for notebook, pending in checks.start_checks(built, submitted, release, timeout).items():
         PRESTARTED[(submitted, notebook)] = (pending, sources[notebook])
 
 

@@ -11,7 +11,7 @@ from nbgrader.preprocessors import (
 from course.grading.nbgrader.gradebook import db_url
 from course.grading.nbgrader.feedback import HideHiddenTests
 from course.grading.nbgrader.preprocessors import (
-    DecideOutsideKernel, ForgetDuplicateIds, SandboxedExecute, StartChecks, StripHiddenTests, VerifyGradebook,
+    DecideByJudge, ForgetDuplicateIds, StartChecks, StripHiddenTests, VerifyGradebook,
 )
 
 ASSIGNMENT = "ch12"
@@ -39,18 +39,16 @@ def configure(c, root):
         "*.db",
         "*.authority",
     ]
-    # Autograde (see course.grading.nbgrader.preprocessors): hidden tests never reach the learner's kernel, the
-    # kernel runs in the student's sandbox, and each graded cell is decided by its own checker.
+    # Autograde (see course.grading.nbgrader.preprocessors): no kernel runs; each graded cell is decided
+    # by the judge, against a learner process that runs the learner's notebook in a sandbox of its own.
     c.OverwriteCells.add_missing_cells = True  # a deleted test cell is restored, and graded
     c.Autograde.sanitize_preprocessors = [
         ClearOutput, ForgetDuplicateIds, OverwriteKernelspec, OverwriteCells, StripHiddenTests, CheckCellMetadata,
     ]
     c.Autograde.autograde_preprocessors = [
-        StartChecks, SandboxedExecute, DecideOutsideKernel, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+        StartChecks, DecideByJudge, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
         VerifyGradebook, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
     ]
-    c.Execute.timeout = 120  # the chapter's notebooks start real processes and wait for leases
-    c.Execute.interrupt_on_timeout = True
-    c.StartChecks.timeout = 60  # one check; the checkpoint's (04) take about 10 s
+    c.StartChecks.timeout = 60  # one check, once its learner process has run the notebook's cells (04's: ~10 s)
     # Feedback HTML is rendered from the autograded notebook, which holds the hidden tests.
     c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]

@@ -3,43 +3,34 @@
 Autograde, step by step, for each notebook of a submission:
 
 1. sanitize: nbgrader restores the locked cells from the gradebook; `StripHiddenTests` then
-   replaces the hidden regions by a placeholder line, so the kernel never receives them;
-2. `SandboxedExecute`: the kernel runs what the learner saw (their cells and the visible tests)
-   inside the student's sandbox, with a bound on each cell's output;
-3. `StartChecks` (before the kernel starts) and `DecideOutsideKernel` (after it ends): each
-   graded test cell is decided by its own fresh, sandboxed checker (course.grading.checker),
-   running side by side with the kernel; its verdict replaces the cell's outputs, so nbgrader's
-   SaveAutoGrades, the gradebook, formgrader and feedback read the checker's decision;
+   replaces the hidden regions by a placeholder line, so no autograded notebook holds them;
+2. `StartChecks`: each graded test cell is decided by the judge (course.grading.judge), against
+   a learner process that runs the learner's notebook as written, in a sandbox of its own;
+3. `DecideByJudge`: each verdict replaces its cell's outputs, so nbgrader's SaveAutoGrades, the
+   gradebook, formgrader and feedback read the judge's decision; the learner's own cells get
+   what they printed in the learner process (no kernel runs at grading);
 4. `VerifyGradebook`: before anything is recorded, the gradebook's copy of the assignment must
    still match the release (sources, checksums, points, total).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import nbformat
 from nbformat.notebooknode import NotebookNode
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.api import Gradebook
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.preprocessors import DeduplicateIds, Execute, NbGraderPreprocessor
+from nbgrader.preprocessors import DeduplicateIds, NbGraderPreprocessor
 from nbgrader.utils import compute_checksum
 from traitlets import Integer
 
-from course.grading import jobs
+from course.grading.judge import checks
 from course.grading.nbgrader.feedback import BEGIN, hide_region
-from course.grading.sandbox.kernel import SandboxedKernelManager, without_debugger
-from course.grading.sandbox.bubblewrap import WORKDIR, Sandbox, ensure_available, sandbox_disabled
+from course.grading.sandbox.bubblewrap import sandbox_disabled
 
 UNSANDBOXED = "UNSANDBOXED"
-KERNEL_DIED = "the kernel died (killed or crashed) while running this cell; later cells were not run"
-KERNEL_UNRESPONSIVE = "the kernel stopped answering after this cell ran past the time limit; later cells were not run"
-KERNEL_GARBLED = "the kernel stopped answering properly while running this cell; later cells were not run"
 
 
 def _course(preprocessor, resources) -> tuple[CourseDirectory, str, str, str]:
@@ -88,13 +79,8 @@ class StripHiddenTests(NbGraderPreprocessor):
 OBSERVATION_NOT_RERUN = ("[not re-run at grading: an observation (the course's own experiment) decides no points; "
                          "you saw its output in your own notebook]\n")
 
-COURSE_ONLY_NOT_RUN = ("[not run at grading: this notebook holds no code of yours (its code cells are the course's "
-                       "own), so running it could not change a grade]\n")
-
-
 def decided_outside(cell) -> bool:
-    """A graded test cell: its own checker decides it and its verdict replaces its outputs, so
-    running it in the learner's kernel as well would only repeat the work for outputs nobody keeps."""
+    """A graded test cell: the judge decides it, and its verdict replaces its outputs."""
     grading = cell.get("metadata", {}).get("nbgrader", {})
     return cell.get("cell_type") == "code" and bool(grading.get("grade")) and not grading.get("solution")
 
@@ -112,86 +98,8 @@ def observation(cell) -> bool:
     return cell.get("cell_type") == "code" and "observation" in cell.get("metadata", {}).get("tags", [])
 
 
-class SandboxedExecute(Execute):
-    """nbgrader's Execute, with the kernel inside the student's sandbox and outputs bounded.
-    Graded test cells and observation cells are not run here (see `decided_outside`, `observation`)."""
-
-    max_output_bytes = Integer(1024 * 1024, help="Output one cell may produce before it is interrupted.").tag(config=True)
-
-    def preprocess(self, nb, resources=None, km=None):
-        self._scratch = None
-        self._kernel_lost = False
-        self._output_sizes: dict[int, int] = {}
-        if not any(learners_code(cell) for cell in nb.cells):
-            return self._course_only(nb), resources
-        if sandbox_disabled():
-            return super().preprocess(nb, resources, km)
-        ensure_available()
-        self._scratch = tempfile.mkdtemp(prefix="ch12-kernel-")
-        submitted = submitted_folder(self, resources)
-        self._sandbox = Sandbox(files={f"{WORKDIR}/{p.name}": str(p) for p in sorted(submitted.glob("*.ipynb"))},
-                                tmpfs=without_debugger())
-        try:
-            with self._sandbox.bounded():
-                return super().preprocess(nb, resources, km)
-        finally:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-
-    @staticmethod
-    def _course_only(nb):
-        """A notebook with none of the learner's code (after OverwriteCells restored the locked
-        cells, every cell is the course's): no kernel, since running it could decide nothing."""
-        for cell in nb.cells:
-            if cell.cell_type == "code" and not decided_outside(cell):
-                cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=COURSE_ONLY_NOT_RUN)]
-        return nb
-
-    def preprocess_cell(self, cell, resources, index):
-        """A kernel that died or stopped answering costs the rest of the run, not the grade.
-
-        Points are decided by the checkers from the learner's definitions; a top-level statement
-        that kills or hangs the kernel is recorded in its cell (the report reads it) and the
-        remaining cells are left unexecuted.
-        """
-        if self._kernel_lost or decided_outside(cell):
-            return cell, resources
-        if observation(cell):
-            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=OBSERVATION_NOT_RERUN)]
-            return cell, resources
-        try:
-            return super().preprocess_cell(cell, resources, index)
-        except Exception as error:  # dead, unresponsive, or speaking garbage: the learner's code controls it
-            self._kernel_lost = True
-            why = {DeadKernelError: KERNEL_DIED, CellTimeoutError: KERNEL_UNRESPONSIVE}.get(type(error), KERNEL_UNRESPONSIVE)
-            if isinstance(error, RuntimeError) and "Timeout" not in str(error) or isinstance(error, ValueError):
-                why = KERNEL_GARBLED
-            cell.outputs.append(NotebookNode(output_type="error", ename=type(error).__name__, evalue=why,
-                                             traceback=[f"{type(error).__name__}: {why}"]))
-            return cell, resources
-
-    def create_kernel_manager(self):
-        if self._scratch is None:
-            return super().create_kernel_manager()
-        self.km = SandboxedKernelManager(
-            kernel_name=self.kernel_name or "python3", config=self.config, sandbox=self._sandbox, scratch=self._scratch)
-        return self.km
-
-    def process_message(self, msg, cell, cell_index):
-        if msg.get("msg_type") in {"stream", "display_data", "execute_result", "error", "update_display_data"}:
-            size = len(json.dumps(msg.get("content", {})))
-            total = self._output_sizes[cell_index] = self._output_sizes.get(cell_index, 0) + size
-            if total > self.max_output_bytes:
-                if total - size <= self.max_output_bytes:  # the first message over the limit
-                    cell.outputs.append(NotebookNode(output_type="stream", name="stdout", text=(
-                        f"\n[output limit reached: this cell printed more than {self.max_output_bytes} bytes; "
-                        "the grader interrupted it]\n")))
-                    asyncio.ensure_future(self.km.interrupt_kernel())
-                return None
-        return super().process_message(msg, cell, cell_index)
-
-
 class StartChecks(NbGraderPreprocessor):
-    """Start each graded test cell's checker now, so the checks run while the kernel does."""
+    """Start each graded test cell's check now (the judge decides it; see DecideByJudge)."""
 
     timeout = Integer(60, help="Seconds one check may take.").tag(config=True)
 
@@ -202,39 +110,73 @@ class StartChecks(NbGraderPreprocessor):
         if started is None:
             with Gradebook(resources["nbgrader"]["db_url"]) as gb:
                 sources = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
-            started = jobs.notebook_checks(notebook, release_folder(self, resources), sources,
-                                           [dict(cell) for cell in nb.cells], submitted, self.timeout)
+            release = release_folder(self, resources)
+            built, full = checks.notebook_jobs(notebook, release, sources)
+            started = checks.start_checks({notebook: built}, submitted, release, self.timeout)[notebook], full
         resources.setdefault("course", {})["pending"] = started
         return nb, resources
 
 
 # Checks a grading unit started for all of a student's notebooks at once, before nbgrader reaches
 # each one (course.grading.classes.unit): {(submitted folder, notebook): (pending checks, their sources)}.
-PRESTARTED: dict[tuple[Path, str], tuple[jobs.PendingChecks, dict[str, str]]] = {}
+PRESTARTED: dict[tuple[Path, str], tuple[checks.PendingChecks, dict[str, str]]] = {}
 
 
-class DecideOutsideKernel(NbGraderPreprocessor):
-    """Replace each graded test cell's outputs with the verdict of its own checker process."""
+class DecideByJudge(NbGraderPreprocessor):
+    """Each graded test cell gets its verdict; each of the learner's cells, how it ended in the
+    learner process (its output and error, as a kernel would show them)."""
 
     def preprocess(self, nb, resources):
         pending, sources = resources["course"].pop("pending")
         verdicts = pending.results()
+        runs = _runs_by_cell(pending.report() or [])
         for cell in nb.cells:
             grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            if cell.cell_type == "code" and grade_id in verdicts:
-                cell.outputs = verdict_outputs(verdicts[grade_id], sources[grade_id])
+            if cell.cell_type != "code":
+                continue
+            if grade_id in verdicts and decided_outside(cell):
+                cell.outputs = verdict_outputs(verdicts[grade_id])
+            elif observation(cell):
+                cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=OBSERVATION_NOT_RERUN)]
+            elif learners_code(cell):
+                run = runs.get(cell.get("id")) or runs.get(grade_id) or runs.get(cell.source)
+                cell.outputs = _outputs(run) if run is not None else [
+                    NotebookNode(output_type="stream", name="stdout", text=NOT_RUN)]
         resources["course"]["verdicts"] = verdicts
         return nb, resources
 
 
-def verdict_outputs(verdict: dict, check_source: str) -> list[NotebookNode]:
-    """A passed check shows nothing; a failed one its type and its own (redacted) message."""
+NOT_RUN = "[not run at grading: no check of this notebook needed your cells]\n"
+
+
+def _runs_by_cell(report: list[dict]) -> dict[str, dict]:
+    """The learner process's report, findable by cell id, by grade_id and by source."""
+    found = {}
+    for run in report:
+        for key in (run.get("id"), run.get("label"), run.get("source")):
+            if key:
+                found.setdefault(str(key), run)
+    return found
+
+
+def _outputs(run: dict) -> list[NotebookNode]:
+    outputs = []
+    if run.get("output"):
+        outputs.append(NotebookNode(output_type="stream", name="stdout", text=str(run["output"])))
+    if run.get("ename"):
+        outputs.append(NotebookNode(output_type="error", ename=str(run["ename"])[:80], evalue=str(run.get("evalue", "")),
+                                    traceback=[str(line) for line in run.get("traceback", [])][-40:]))
+    return outputs
+
+
+def verdict_outputs(verdict: dict) -> list[NotebookNode]:
+    """A passed check shows nothing; a failed one the judge's ename and message."""
     notes = [] if not sandbox_disabled() else [NotebookNode(
         output_type="stream", name="stdout", text=f"[{UNSANDBOXED}: graded without the sandbox, by instructor decision]\n")]
     if verdict.get("passed"):
         return notes
     ename = str(verdict.get("ename") or "CheckFailed")[:80]
-    message = jobs.redact(str(verdict.get("message") or ""), check_source)[: jobs.RESULT_LIMIT // 8]
+    message = str(verdict.get("message") or "")
     return [*notes, NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])]
 
 
@@ -263,7 +205,7 @@ def gradebook_problems(gb, assignment: str, notebook: str, release: Path, source
     """Differences between the gradebook and the release (and the solutions, when present)."""
     problems = []
     total = sum(cell.points for path in sorted(release.glob("*.ipynb"))
-                for cell in jobs.course_cells(json.loads(path.read_text()), {}) if cell.graded)
+                for cell in checks.course_cells(json.loads(path.read_text()), {}) if cell.graded)
     recorded = gb.find_assignment(assignment).max_score
     if abs(recorded - total) > 1e-9:
         problems.append(f"the assignment is worth {recorded:g} points in the gradebook, {total:g} in the release")
@@ -281,8 +223,8 @@ def gradebook_problems(gb, assignment: str, notebook: str, release: Path, source
             problems.append(f"cell {grade_id!r} is missing")
             continue
         expected = solutions.get(grade_id) if meta.get("locked") and grade_id in solutions else None
-        released = jobs.split_hidden(jobs.cell_text(raw["source"]))[0]
-        if expected is not None and cell.source != expected or jobs.split_hidden(cell.source)[0] != released:
+        released = checks.split_hidden(checks.cell_text(raw["source"]))[0]
+        if expected is not None and cell.source != expected or checks.split_hidden(cell.source)[0] != released:
             problems.append(f"cell {grade_id!r} has other source")
         node = nbformat.from_dict(raw)
         node.source = cell.source
@@ -301,5 +243,5 @@ def _solution_sources(path: Path) -> dict[str, str]:
     for cell in json.loads(path.read_text())["cells"]:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("locked") and meta.get("grade_id"):
-            found[meta["grade_id"]] = jobs.cell_text(cell["source"])
+            found[meta["grade_id"]] = checks.cell_text(cell["source"])
     return found

@@ -64,11 +64,13 @@ class Sandbox:
     """One sandbox's view: which host files appear (read-only) and how much it may use."""
 
     files: dict[str, str] = field(default_factory=dict)  # inside path -> host file (read-only)
+    writable: dict[str, str] = field(default_factory=dict)  # inside folder -> host folder (read-write)
     tmpfs: dict[str, int] = field(default_factory=dict)  # inside folder -> size in bytes
     env: dict[str, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
     network: bool = False  # False: a private loopback only
     cgroup: Cgroup | None = None  # where root's processes are counted (see course.grading.sandbox.cgroup)
+    pid_1: bool = False  # the command is the sandbox's pid 1 (and bwrap's child): the grader signals it directly
 
     def command(self, argv: list[str]) -> list[str]:
         """The full command line: join the cgroup, set rlimits, then bwrap, then `argv` inside."""
@@ -96,6 +98,8 @@ class Sandbox:
         args = [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user", "--clearenv", "--cap-drop", "ALL"]
         if self.network:
             args.append("--share-net")
+        if self.pid_1:
+            args.append("--as-pid-1")
         # /tmp first, so that a course installed below /tmp (a clone there) is bound on top of it, not hidden.
         args += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         for folder in readable_folders():
@@ -105,6 +109,8 @@ class Sandbox:
             args += ["--size", str(size), "--tmpfs", inside]
         for inside, host in self.files.items():
             args += ["--ro-bind", host, inside]
+        for inside, host in self.writable.items():
+            args += ["--bind", host, inside]
         args += ["--remount-ro", "/", "--chdir", WORKDIR]  # the sandbox's own root: no writable space there
         for name, value in {**base_environment(), **self.env}.items():
             args += ["--setenv", name, value]

@@ -6,6 +6,7 @@ import http.client
 import json
 import math
 import os
+import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,7 +29,8 @@ class SupplierClient:
     idempotent = True  # the interface's promise: the same operation id is answered with the same receipt
 
     def __init__(self, endpoint: str, *, identity: str = DEFAULT_IDENTITY, timeout: float = 3.0) -> None:
-        parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
+        self._socket = endpoint[len("unix:"):] if isinstance(endpoint, str) and endpoint.startswith("unix:") else None
+        parts = urlsplit("http://127.0.0.1:1" if self._socket else endpoint) if isinstance(endpoint, str) else None
         try:
             port = parts.port if parts else None
         except ValueError:
@@ -44,7 +46,7 @@ class SupplierClient:
             or parts.fragment
         ):
             raise ValueError(
-                f"endpoint must be http://127.0.0.1:PORT (or localhost, [::1]): {endpoint!r}"
+                f"endpoint must be http://127.0.0.1:PORT (or localhost, [::1]) or unix:PATH: {endpoint!r}"
             )
         if not (
             isinstance(timeout, (int, float))
@@ -53,7 +55,7 @@ class SupplierClient:
             and 0 < timeout <= 60
         ):
             raise ValueError(f"timeout must be a finite number of seconds in (0, 60]: {timeout!r}")
-        self.endpoint = f"http://{parts.netloc}"
+        self.endpoint = endpoint if self._socket else f"http://{parts.netloc}"
         self.identity = identity
         self.timeout = float(timeout)
         self._host, self._port = parts.hostname, port
@@ -80,7 +82,8 @@ class SupplierClient:
 
     def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         headers = {} if body is None else {"Content-Type": "application/json"}
-        connection = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+        connection = (_UnixConnection(self._socket, self.timeout) if self._socket
+                      else http.client.HTTPConnection(self._host, self._port, timeout=self.timeout))
         try:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
@@ -117,3 +120,16 @@ def _order_path(operation: str) -> str:
     if not (isinstance(operation, str) and OPERATION.fullmatch(operation)):
         raise ValueError(f"operation must be 32 lowercase hex characters: {operation!r}")
     return f"/orders/{operation}"
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over the supplier's Unix socket (`unix:PATH` endpoints)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)

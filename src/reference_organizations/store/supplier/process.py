@@ -28,6 +28,7 @@ class SupplierProcess:
     ledger: Path
     endpoint: str
     identity: str
+    socket_endpoint: str | None = None  # `unix:PATH`, when started with a socket
 
     @property
     def pid(self) -> int:
@@ -74,12 +75,13 @@ def start_supplier(
     committed_file: str | os.PathLike[str] | None = None,
     reject: bool = False,
     answer_first_as: str | None = None,
+    socket: str | os.PathLike[str] | None = None,
     timeout: float = 15,
 ) -> SupplierProcess:
     """Start a supplier process that dies with this one; return once it is listening.
 
     Its stderr goes to `<ledger>.log` (shown if it fails to start); the ready file defaults
-    to `<ledger>.ready`.
+    to `<ledger>.ready`. With `socket`, it also answers on that Unix socket (`socket_endpoint`).
     """
     ledger = Path(ledger).resolve()
     ledger.parent.mkdir(parents=True, exist_ok=True)
@@ -95,6 +97,7 @@ def start_supplier(
     argv += ["--committed-file", committed_file] if committed_file is not None else []
     argv += ["--reject"] if reject else []
     argv += ["--answer-first-as", answer_first_as] if answer_first_as is not None else []
+    argv += ["--socket", socket] if socket is not None else []
     log = ledger.with_suffix(".log")
     with open(log, "ab") as stderr:
         process = spawn(argv, stdout=subprocess.DEVNULL, stderr=stderr)
@@ -109,6 +112,6 @@ def start_supplier(
     except BaseException:
         stop(process)
         raise
-    return SupplierProcess(process, ledger, info["endpoint"], info["identity"])
+    return SupplierProcess(process, ledger, info["endpoint"], info["identity"], info.get("socket_endpoint"))
 
 

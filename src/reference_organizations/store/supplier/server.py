@@ -15,6 +15,7 @@ import re
 import secrets
 import signal
 import socket
+import socketserver
 import sqlite3
 import threading
 import time
@@ -157,6 +158,20 @@ class SupplierServer(ThreadingHTTPServer):
         self.stopping = stopping or threading.Event()  # set on shutdown; ends held answers early
         self.order_lock = threading.Lock()  # guards drop_next, misname_next and the order commit
         super().__init__((HOST, port), SupplierHandler)
+
+
+class UnixSupplierServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The same supplier (ledger, switches, locks) answering on a Unix socket as well: a process
+    in a sandbox with a network of its own reaches it through the socket's file."""
+
+    daemon_threads = False
+
+    def __init__(self, path: Path, shared: SupplierServer) -> None:
+        self.shared = shared
+        super().__init__(str(path), SupplierHandler)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.shared, name)
 
 
 class SupplierHandler(BaseHTTPRequestHandler):
@@ -337,6 +352,7 @@ def _parser() -> argparse.ArgumentParser:
                         "then answer it with a receipt naming this other supplier")
     parser.add_argument("--max-body", type=_bounded_int(1, 1 << 20), default=16384)
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    parser.add_argument("--socket", type=Path, help="also answer on this Unix socket")
     return parser
 
 
@@ -358,8 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         max_body=args.max_body,
         stopping=stopping,
     )
-    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    serving.start()
+    servers = [server] + ([UnixSupplierServer(args.socket, server)] if args.socket else [])
+    serving = [threading.Thread(target=one.serve_forever, kwargs={"poll_interval": 0.05}) for one in servers]
+    for thread in serving:
+        thread.start()
     try:
         port = server.server_address[1]
         ready = {
@@ -369,15 +387,20 @@ def main(argv: list[str] | None = None) -> int:
             "identity": args.identity,
             "ledger": str(args.database.resolve()),
         }
+        if args.socket:
+            ready["socket_endpoint"] = f"unix:{args.socket}"
         write_atomically(args.ready, json.dumps(ready))
         while not stopping.wait(PARENT_POLL_SECONDS):
             if args.parent_pid is not None and not alive(args.parent_pid):
                 break
     finally:
         stopping.set()
-        server.shutdown()
-        serving.join()
-        server.server_close()
+        for one, thread in zip(servers, serving):
+            one.shutdown()
+            thread.join()
+            one.server_close()
+        if args.socket:
+            args.socket.unlink(missing_ok=True)
     return 0
 
 

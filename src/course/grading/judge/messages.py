@@ -1,0 +1,174 @@
+"""What a failed check tells the learner, and which words may tell it.
+
+A visible part's failure is told as in the learner's own notebook: the check's message with its
+values, or the type and message of what the learner's code raised (bounded). The learner process
+has then seen only the visible part's arguments, so nothing hidden can be in them.
+A hidden part's failure is told in the course's words only: the failing `expect`'s message as
+written in the check, each interpolated value replaced by "…" unless the check marked it
+`shown(...)` (a value the course chose to show, such as which of the learner's own answers were
+wrong); what the learner's code raised there is named by its type only.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import types
+from typing import Any
+
+from course.checks import CheckFailed, not_implemented, wrap
+from course.grading import wire
+
+FILENAME = "<check>"
+LIMIT = 1500  # characters of a message that reach the notebook
+ELIDED = "…"
+
+
+def verdict(error: BaseException, job: dict[str, Any]) -> dict[str, Any]:
+    hidden = _in_hidden_part(error, job.get("hidden_from"))
+    answers = set(job.get("answers", {}))
+    if isinstance(error, CheckFailed):
+        message = _template(error, job["check"]) if hidden else str(error)
+        return _failed("CheckFailed", message)
+    if isinstance(error, NotImplementedError):
+        stub = str(getattr(error, "stub", "") or "")
+        return _failed("NotImplementedError", not_implemented(stub) if stub in answers else
+                       "not implemented yet: a function this check calls still raises NotImplementedError")
+    if isinstance(error, wire.PeerGone):
+        return _failed("LearnerProcessEnded", "the process running your notebook ended while the check ran (your "
+                       "code exited, was killed or crashed); the check could not finish")
+    from course.grading.learner.tripwires import CourseAnswerUsed
+
+    if isinstance(error, CourseAnswerUsed) and getattr(error, "remote", False):
+        return _failed("CourseAnswerUsed", str(error) if not hidden else
+                       "your answer called the course's own implementation, which is replaced by a tripwire while "
+                       "you are graded: write it yourself")
+    name = type(error).__name__
+    if getattr(error, "remote", False):
+        told = f"your code raised {name}" + ("" if hidden else f": {_text(error)}")
+        return _failed(name, told + (" (in a hidden check)" if hidden else ""))
+    return _failed(name, f"a hidden check stopped with {name}" if hidden else f"{name}: {_text(error)}")
+
+
+def _failed(ename: str, message: str) -> dict[str, Any]:
+    return {"passed": False, "ename": ename[:80], "message": message[:LIMIT]}
+
+
+def _text(error: BaseException) -> str:
+    try:
+        return str(error)[:LIMIT]
+    except Exception:
+        return "(its message could not be shown)"
+
+
+def _check_frames(error: BaseException) -> list[types.TracebackType]:
+    found, trace = [], error.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename == FILENAME:
+            found.append(trace)
+        trace = trace.tb_next
+    return found
+
+
+def _in_hidden_part(error: BaseException, hidden_from: int | None) -> bool:
+    """Whether the check's top-level statement running when it stopped is in a hidden region.
+    (A function the visible part defined and the hidden part called counts as hidden.)"""
+    frames = _check_frames(error)
+    if hidden_from is None:
+        return False
+    if not frames:
+        return True  # stopped outside the check's own code: say nothing of it
+    return frames[0].tb_lineno >= hidden_from
+
+
+def _template(error: CheckFailed, source: str) -> str:
+    """The failing expect's message as the check writes it: values elided unless `shown`."""
+    frames = _check_frames(error)
+    if not frames:
+        return "a hidden check failed"
+    trace = frames[-1]
+    position = _position(trace)
+    call = _expect_at(source, position)
+    if call is None or len(call.args) < 2:
+        return "a hidden check failed"
+    elided = _Elide().visit(ast.parse(ast.unparse(call.args[1]), mode="eval"))  # a copy: the cached tree stays
+    try:
+        text = eval(compile(ast.fix_missing_locations(elided), FILENAME, "eval"),
+                    trace.tb_frame.f_globals, dict(trace.tb_frame.f_locals))
+    except Exception:
+        return "a hidden check failed"
+    return wrap(str(text))
+
+
+class _Elide(ast.NodeTransformer):
+    """Keep the message's words: literal text, `+` of texts, f-strings, a call with literal
+    arguments (`not_implemented("claim")`) and `shown(...)`; any other value becomes "…"."""
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if isinstance(node, ast.Expression):
+            node.body = self.visit(node.body)
+            return node
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node
+        if isinstance(node, ast.JoinedStr):
+            node.values = [value if isinstance(value, ast.Constant) else self._formatted(value) for value in node.values]
+            return node
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            node.left, node.right = self.visit(node.left), self.visit(node.right)
+            return node
+        if self._shown(node) or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and all(
+                isinstance(arg, ast.Constant) for arg in [*node.args, *(k.value for k in node.keywords)])):
+            return node
+        return ast.Constant(ELIDED)
+
+    def _formatted(self, node: ast.FormattedValue) -> ast.AST:
+        return node if self._shown(node.value) else ast.Constant(ELIDED)
+
+    @staticmethod
+    def _shown(node: ast.AST) -> bool:
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "shown"
+
+
+def _position(trace: types.TracebackType) -> tuple[int, int]:
+    code, index = trace.tb_frame.f_code, trace.tb_lasti // 2
+    for number, (line, _, column, _) in enumerate(code.co_positions()):
+        if number == index:
+            return (line or trace.tb_lineno, column or 0)
+    return (trace.tb_lineno, 0)
+
+
+def _expect_at(source: str, position: tuple[int, int]) -> ast.Call | None:
+    """The `expect(...)` call whose span holds `position` (the innermost, if they nest)."""
+    found = None
+    for node in ast.walk(_tree(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "expect"
+                and (node.lineno, node.col_offset) <= position <= (node.end_lineno, node.end_col_offset)):
+            if found is None or (node.lineno, node.col_offset) >= (found.lineno, found.col_offset):
+                found = node
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def _tree(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
+def unwritten(answers: dict[str, str], report: list[dict[str, Any]]) -> dict[str, str]:
+    """For each answer name whose cell did not run to its end: why, in a sentence to act on."""
+    why = {}
+    for run in report:
+        if not run.get("ename"):
+            continue
+        for name, cell in answers.items():
+            if cell != run.get("label"):
+                continue
+            ename, evalue = str(run["ename"])[:80], str(run.get("evalue", ""))[:300]
+            if ename == "NotImplementedError":
+                why[name] = not_implemented(name)
+            elif ename in ("SyntaxError", "IndentationError", "TabError"):
+                why[name] = f"{ename} in your cell {cell!r}: {evalue}. Fix it and run the cell."
+            elif ename == "CellTimeoutError":
+                why[name] = f"your cell {cell!r} ran past the time limit, so `{name}` was never defined."
+            else:
+                why[name] = f"your cell {cell!r} stopped with {ename}: {evalue}; `{name}` is not defined."
+    return why

@@ -1,0 +1,197 @@
+"""The judge's sandbox: one per student, a server that loads the course once and forks a judge per check.
+
+    python -I -m course.grading.judge.server [MODULE ...]   (the grader runs it in the judge's sandbox;
+                                                             MODULEs: what the checks' setup cells import)
+
+No learner code runs in this sandbox: learner processes are the grader's, in sandboxes of their
+own, and the judge talks to them over their wire. So a judge may be forked from a server that has
+imported everything (trusted state only), and checks of one student share this sandbox safely.
+Each judge and the server are not dumpable: a process of this sandbox started by a check (a
+supplier, a killed holder running the course's code) cannot read a judge's memory.
+
+Its standard input is a Unix socket to the grader. A request is b"R" and an 8-byte id carrying
+four descriptors (the job to read, the verdict to write, the learner's wire, the broker); b"K"
+and an id kills that judge; end of file ends the server, and with it the sandbox.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import itertools
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from course.grading.sandbox import reaper
+
+PR_SET_DUMPABLE = 4
+REQUEST, KILL = b"R", b"K"
+DESCRIPTORS = 4
+PRELOAD = (
+    "course.checks", "course.learner", "course.checkpoint.run", "course.checkpoint.cases", "course.checkpoint.report",
+    "course.grading.judge.check", "course.grading.judge.broker", "sovereign_agent.assistant_work",
+    "sovereign_agent.assistant_orders", "sovereign_agent.status", "reference_organizations.store.assistant",
+    "reference_organizations.store.supplier",
+)
+
+
+# --- inside the judge's sandbox -------------------------------------------------------------------
+
+def serve(control: socket.socket) -> None:
+    """Fork one judge per request until the grader closes the socket."""
+    judges: dict[int, tuple[int, str]] = {}  # request id -> (pid, its private folder)
+    with selectors.DefaultSelector() as selector:
+        selector.register(control, selectors.EVENT_READ)
+        while True:
+            ready = selector.select(timeout=0.05)
+            _reap(judges)
+            if not ready:
+                continue
+            message, fds, _, _ = socket.recv_fds(control, 9, DESCRIPTORS)
+            if not message:
+                break
+            ident = int.from_bytes(message[1:9], "big")
+            if message[:1] == REQUEST and len(fds) == DESCRIPTORS:
+                judges[ident] = _fork_judge(fds, control)
+            else:
+                for fd in fds:
+                    os.close(fd)
+                if message[:1] == KILL and ident in judges:
+                    _kill_tree(judges[ident][0])
+
+
+def _fork_judge(fds: list[int], control: socket.socket) -> tuple[int, str]:
+    """A child that becomes one judge: job on fd 0, verdict on fd 1, wire on fd 3, broker on fd 4."""
+    folder = tempfile.mkdtemp(prefix="judge-")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            control.close()
+            for target, fd in zip((0, 1, 3, 4), fds):
+                os.dup2(fd, target)
+            os.closerange(5, 1 << 16)
+            os.environ["COURSE_PRIVATE"] = folder
+            from course.grading.judge import check
+
+            check.main()  # ends the process
+        finally:
+            os._exit(70)
+    for fd in fds:
+        os.close(fd)
+    return pid, folder
+
+
+def _reap(judges: dict[int, tuple[int, str]]) -> None:
+    """Collect finished judges; kill what a finished one left behind (a supplier); remove its folder."""
+    finished = False
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        for ident, (child, folder) in list(judges.items()):
+            if child == pid:
+                del judges[ident]
+                shutil.rmtree(folder, ignore_errors=True)
+                finished = True
+    if finished:
+        running = {pid for pid, _ in judges.values()}
+        for pid in _children(os.getpid()) - running:
+            _kill_tree(pid)
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()
+
+
+def _kill_tree(pid: int) -> None:
+    for victim in [pid, *reaper.descendants(pid)]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def main() -> None:
+    control = socket.socket(fileno=os.dup(0))
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # judges inherit it
+    reaper.become_subreaper()  # what a judge leaves behind re-parents here, to be killed
+    for module in (*PRELOAD, *sys.argv[1:]):
+        try:
+            importlib.import_module(module)
+        except Exception:  # a check whose setup imports it will say so itself
+            pass
+    serve(control)
+
+
+# --- the grader's side ----------------------------------------------------------------------------
+
+class ServerGone(RuntimeError):
+    """The judge's sandbox ended (or never started)."""
+
+
+class JudgeServer:
+    """The grader's handle on one running server: send a check, stop it."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, command: list[str], cwd: Path | None, env: dict | None) -> None:
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._lock = threading.Lock()
+        with theirs:
+            self.process = subprocess.Popen(command, cwd=cwd, env=env, stdin=theirs, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def start(self, fds: list[int]) -> int:
+        """Hand a judge its four descriptors (closed here); return its id."""
+        ident = next(self._ids)
+        try:
+            with self._lock:
+                socket.send_fds(self._control, [REQUEST + ident.to_bytes(8, "big")], fds)
+        except OSError:
+            raise ServerGone("the judge's sandbox has ended") from None
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return ident
+
+    def kill(self, ident: int) -> None:
+        try:
+            with self._lock:
+                self._control.send(KILL + ident.to_bytes(8, "big"))
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """End of file to the server; then, bounded, the whole sandbox."""
+        self._control.close()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait(10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The learner process: run a learner's notebook as written, then serve the judge's calls.
+
+    python -P -m course.grading.learner.process NOTEBOOK     (in a learner sandbox; the wire: fd $COURSE_WIRE_FD)
+
+NOTEBOOK is one of the learner's notebooks (its setup cells from the release, then the learner's
+cells, course.learner.notebook_cells), or `implementation`: the five functions a checkpoint worker
+calls, loaded from 01-03 as the checkpoint loads them. Its first message is its report, how each
+cell ended and what it printed (it holds nothing of the check yet: the grader can show it). Then
+it answers calls by name (and `__describe__`, what each name is) until the wire closes. What it
+prints while it serves goes nowhere. Nothing it says is believed: the judge decides from data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import socket
+import sys
+from typing import Any
+
+from course import learner
+from course.checks import is_stub
+from course.grading import wire
+
+DESCRIBE = "__describe__"
+
+
+def describe(namespace: dict[str, Any], peer: wire.Peer, names: list[str]) -> dict[str, Any]:
+    """What each name is, as the judge needs to know it: a function (by handle), nbgrader's stub,
+    a dataclass (its declaration), a value (by value), something else, or nothing."""
+    found = {}
+    for name in names:
+        if name not in namespace:
+            found[name] = {"kind": "missing"}
+            continue
+        value = namespace[name]
+        if is_stub(value):
+            found[name] = {"kind": "stub"}
+        elif isinstance(value, type) and dataclasses.is_dataclass(value):
+            found[name] = {"kind": "dataclass", "cls": wire.class_ref(value), "schema": wire.schema(value)}
+        elif isinstance(value, type):
+            course = str(getattr(value, "__module__", "")).split(".")[0] in wire.COURSE_MODULES
+            found[name] = {"kind": "other", "type": f"the course's own `{value.__name__}` (a tripwire while you are "
+                           "graded), not yours" if course else "a class that is not a dataclass"}
+        elif callable(value):
+            found[name] = {"kind": "function", "fn": peer.export(value)}
+        else:
+            try:
+                found[name] = {"kind": "value", "value": wire.encode(value)}
+            except (wire.NotPlainData, RecursionError):
+                found[name] = {"kind": "other", "type": type(value).__name__[:80]}
+    return found
+
+
+def load(what: str) -> tuple[dict[str, Any], list[learner.CellRun]]:
+    """The names to serve and how each cell ended."""
+    if what == "implementation":
+        try:
+            loaded = learner.load_implementation(".")
+        except learner.LearnerCodeError as error:
+            return {}, [learner.CellRun("implementation", None, ename="LearnerCodeError", evalue=str(error))]
+        served = {name: getattr(loaded.ownership, name) for name in learner.FUNCTIONS}
+        claims = loaded.modules[0].__dict__.get("Claim")  # 01_claims: the judge rebuilds the old holder's claim
+        return {**served, **({"Claim": claims} if claims is not None else {})}, loaded.runs
+    notebook = what if what.endswith(".ipynb") else f"{what}.ipynb"
+    module = learner.fresh_module(notebook)
+    try:
+        cells = learner.notebook_cells(".", notebook)
+    except learner.LearnerCodeError as error:
+        return {}, [learner.CellRun("notebook", None, ename="LearnerCodeError", evalue=str(error))]
+    return module.__dict__, learner.run_cells(cells, module)
+
+
+class _Discard(io.TextIOBase):
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def main(argv: list[str]) -> int:
+    sock = socket.socket(fileno=int(os.environ["COURSE_WIRE_FD"]))
+    namespace, runs = load(argv[0])
+    sys.stdout = sys.stderr = _Discard()  # prints while serving reach nobody
+    served: dict[str, Any] = {}
+    peer = wire.Peer(sock, resolve_name=lambda name: served[name] if name in served else namespace[name])
+    served[DESCRIBE] = lambda wanted: describe(namespace, peer, list(wanted))
+    peer.send({"ready": [run.to_json() for run in runs], "pid": os.getpid()})
+    peer.gone.wait()
+    os._exit(0)  # no learner atexit handler runs; the sandbox ends with us
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,111 @@
+"""The course's own answers, replaced by tripwires in the learner's sandbox while it is graded.
+
+For each answer a notebook grades that the runtime implements (`ANSWERS`), the grader writes a
+copy of the runtime module in which that function's body, or that class, only raises
+`CourseAnswerUsed`, compiles it, and binds the copy and its bytecode over the original files in
+the learner's sandbox (course.grading.sandbox.learners). The learner process then has no other
+copy: an import, an alias, a wrapper, a subclass, `importlib` reloading the file, the bytecode on
+disk, `sys.modules`, a copied code object all reach the tripwire. What it cannot stop is the
+chapter's source pasted into the answer cell, which is the answer written out.
+Only the answers of the notebook being graded are replaced (02_fencing uses the runtime's `claim`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.util
+import py_compile
+import tempfile
+from pathlib import Path
+
+# answer name -> the runtime module that holds the course's own
+ANSWERS = {
+    "Claim": "sovereign_agent.assistant_work",
+    "claim": "sovereign_agent.assistant_work",
+    "assert_current": "sovereign_agent.assistant_work",
+    "observe": "sovereign_agent.assistant_work",
+    "finish": "sovereign_agent.assistant_work",
+    "order_to_continue": "sovereign_agent.assistant_orders",
+}
+HELPER = "_course_tripwire"
+
+
+class CourseAnswerUsed(RuntimeError):
+    """An answer reached the course's own implementation."""
+
+
+def tripped(name: str) -> CourseAnswerUsed:
+    return CourseAnswerUsed(
+        f"your answer called the course's own `{name}`: while your notebook is graded, the course's `{name}` "
+        f"is replaced by this tripwire. Write `{name}` yourself.")
+
+
+def overlays(answers: frozenset[str]) -> dict[str, str]:
+    """{original file: tripwired copy} for the runtime modules holding any of `answers`: each
+    module's source, and its bytecode where the original has some on disk."""
+    found: dict[str, str] = {}
+    for module in sorted({ANSWERS[name] for name in answers if name in ANSWERS}):
+        names = frozenset(name for name in answers if ANSWERS.get(name) == module)
+        found.update(_overlay(module, names))
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def _overlay(module: str, names: frozenset[str]) -> dict[str, str]:
+    spec = importlib.util.find_spec(module)
+    source = Path(spec.origin)
+    text = tripwired_source(source.read_text(), names)
+    folder = Path(_cache()) / hashlib.sha256((str(source) + text).encode()).hexdigest()[:16]
+    folder.mkdir(exist_ok=True)
+    copy = folder / source.name
+    if not copy.exists():
+        copy.write_text(text)
+    found = {str(source): str(copy)}
+    for cached in sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")):
+        compiled = folder / cached.name
+        if not compiled.exists():
+            py_compile.compile(str(copy), cfile=str(compiled), dfile=str(source), doraise=True,
+                               optimize=_optimization(cached.name))
+        found[str(cached)] = str(compiled)
+    return found
+
+
+def _optimization(name: str) -> int:
+    return 2 if ".opt-2." in name else 1 if ".opt-1." in name else 0
+
+
+@functools.lru_cache(maxsize=1)
+def _cache() -> str:
+    """One folder per grading process for the copies (the sandbox binds them read-only)."""
+    return tempfile.mkdtemp(prefix="ch12-tripwires-")
+
+
+def tripwired_source(source: str, names: frozenset[str]) -> str:
+    """`source` with each top-level function or class in `names` replaced by a tripwire."""
+    tree = ast.parse(source)
+    missing = set(names) - {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    if missing:
+        raise LookupError(f"the runtime no longer defines {sorted(missing)} where ANSWERS says")
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            node.body = [*_docstring(node), _raise(node.name)]
+            node.decorator_list = []
+        elif isinstance(node, ast.ClassDef) and node.name in names:
+            tree.body[index] = ast.parse(
+                f"class {node.name}:\n"
+                f"    '''A tripwire: the course's own {node.name} is not available while this notebook is graded.'''\n"
+                f"    def __new__(cls, *args, **kwargs):\n        raise {HELPER}({node.name!r})\n"
+                f"    def __init_subclass__(cls, **kwargs):\n        raise {HELPER}({node.name!r})\n").body[0]
+    tree.body.append(ast.parse(f"from course.grading.learner.tripwires import tripped as {HELPER}").body[0])
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def _docstring(node: ast.FunctionDef) -> list[ast.stmt]:
+    first = node.body[0] if node.body else None
+    return [first] if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else []
+
+
+def _raise(name: str) -> ast.stmt:
+    return ast.parse(f"raise {HELPER}({name!r})").body[0]

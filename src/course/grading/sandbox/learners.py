@@ -1,0 +1,170 @@
+"""Learner sandboxes: each learner process of a check in a bubblewrap sandbox of its own.
+
+What one holds: the system and the Python environment, read-only; the course's packages with the
+graded answers replaced by tripwires (course.grading.learner.tripwires); the student's submitted
+notebooks and the release, read-only, in its working folder and at /course/release; the check's
+scratch folder, read-write, at the same path as in the judge's sandbox (a database is passed by
+its path). Its own /tmp, pid, network, IPC and user namespaces: one learner process cannot see
+another's processes, files or sockets, nor the judge's, so what a hidden check passed to one
+cannot reach the learner process of another check. Its first process is pid 1 and the grader's
+grandchild (bwrap's child), so the grader signals it directly and reads its state in /proc.
+Learner processes are started by the grader only, for the judge (course.grading.judge.broker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from course.grading import wire
+from course.grading.learner.tripwires import overlays
+from course.grading.sandbox.bubblewrap import WORKDIR, Limits, Sandbox, sandbox_disabled
+
+RELEASE_INSIDE = "/course/release"
+WIRE_FD = "COURSE_WIRE_FD"
+
+
+class LearnerFailed(RuntimeError):
+    """A learner process that did not start, or did not report, in time."""
+
+
+class Learner:
+    """One running learner sandbox, from the grader's side."""
+
+    def __init__(self, sandbox: Sandbox | None, argv: list[str], env: dict[str, str], *, cwd: Path | None = None,
+                 wire_end: socket.socket | None = None, stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.DEVNULL):
+        self.sandbox = sandbox
+        self.sent: list[int] = []
+        self._stack = contextlib.ExitStack()
+        keep = [wire_end.fileno()] if wire_end is not None else []
+        if sandbox is not None:
+            self._stack.enter_context(sandbox.bounded())
+            command = sandbox.command(argv)
+            env = {}
+        else:  # --no-sandbox: the instructor's explicit decision; a plain child in the scratch folder
+            command, env = argv, {**os.environ, **env}
+        self.process = subprocess.Popen(command, env=env, cwd=cwd, pass_fds=keep, stdin=subprocess.DEVNULL,
+                                        stdout=stdout, stderr=stderr, start_new_session=True)
+        if wire_end is not None:
+            wire_end.close()
+
+    @property
+    def pid(self) -> int:
+        """The learner's own process (with a sandbox: bwrap's child, the sandbox's pid 1)."""
+        if self.sandbox is None:
+            return self.process.pid
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                found = children.read_text().split()
+                if found:
+                    return int(found[0])
+            if self.process.poll() is not None:
+                return self.process.pid
+            time.sleep(0.005)
+        return self.process.pid
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signum)
+        self.sent.append(signum)
+
+    def state(self) -> str:
+        try:
+            return Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            return "gone"
+
+    def status(self, timeout: float | None = 0.0) -> int | None:
+        """Its exit status, as the system reports a signal: -N when a signal N we sent ended it."""
+        try:
+            code = self.process.wait(timeout) if timeout else self.process.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        if code is not None and self.sandbox is not None and code > 128 and code - 128 in self.sent:
+            return -(code - 128)
+        return code
+
+    def close(self) -> None:
+        """Kill it (and with pid 1, its whole sandbox), reap it, remove its cgroup."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10)
+        self._stack.close()
+
+
+def layout(answers: frozenset[str], submitted: Path, release: Path, scratch: tuple[Path, str]) -> Sandbox:
+    """The sandbox of one learner process of a check (see the module's docstring)."""
+    files = {f"{WORKDIR}/{p.name}": str(p) for p in sorted(Path(submitted).glob("*.ipynb"))}
+    files.update({f"{RELEASE_INSIDE}/{p.name}": str(p) for p in sorted(Path(release).glob("*.ipynb"))})
+    files.update(overlays(answers))
+    host, inside = scratch
+    return Sandbox(files=files, writable={inside: str(host)}, pid_1=True,
+                   env={"COURSE_RELEASE": RELEASE_INSIDE, "TMPDIR": "/tmp"}, limits=Limits())
+
+
+def start(what: str, answers: frozenset[str], submitted: Path, release: Path, scratch: tuple[Path, str],
+          ready_within: float) -> tuple[Learner, socket.socket, list[dict]]:
+    """A learner process for `what` (a notebook, or `implementation`): (it, the judge's end of its
+    wire, its report on each cell). Waits `ready_within` seconds at most for the report."""
+    ours, theirs = socket.socketpair()
+    argv = [sys.executable, "-P", "-m", "course.grading.learner.process", what]
+    env = {WIRE_FD: str(theirs.fileno()), "COURSE_RELEASE": str(release)}
+    if sandbox_disabled():
+        learner = Learner(None, argv, env, cwd=_copied(submitted, scratch[0]), wire_end=theirs)
+    else:
+        sandbox = layout(answers, submitted, release, scratch)
+        sandbox.env[WIRE_FD] = str(theirs.fileno())
+        learner = Learner(sandbox, argv, {}, wire_end=theirs)
+    try:
+        report = _ready(ours, learner, ready_within)
+    except BaseException:
+        ours.close()
+        learner.close()
+        raise
+    return learner, ours, report
+
+
+def _ready(sock: socket.socket, learner: Learner, within: float) -> list[dict]:
+    if not select.select([sock], [], [], within)[0]:
+        raise LearnerFailed(f"your notebook's cells did not finish running within {within:g} s")
+    message = wire.receive_message(sock)
+    if not message or "ready" not in message:
+        status = learner.status(2.0)
+        raise LearnerFailed(f"the process running your notebook ended before it reported (exit status {status})")
+    return list(message["ready"])
+
+
+def start_worker(argv: list[str], answers: frozenset[str], submitted: Path, release: Path,
+                 scratch: tuple[Path, str], log: Path) -> Learner:
+    """A checkpoint worker (learner code, run by the course's worker) in a learner sandbox; its
+    replies on a pipe, its stderr into `log` (a host path inside the check's scratch folder)."""
+    with open(log, "ab") as handle:
+        if sandbox_disabled():
+            return Learner(None, argv, {"COURSE_RELEASE": str(release)}, cwd=_copied(submitted, scratch[0]),
+                           stdout=subprocess.PIPE, stderr=handle)
+        return Learner(layout(answers, submitted, release, scratch), argv, {}, stdout=subprocess.PIPE, stderr=handle)
+
+
+def _copied(submitted: Path, scratch: Path) -> Path:
+    """Without a sandbox: the notebooks copied into the check's scratch folder, the working folder."""
+    folder = Path(scratch) / "notebooks"
+    if not folder.exists():
+        folder.mkdir(parents=True)
+        for path in Path(submitted).glob("*.ipynb"):
+            shutil.copy(path, folder / path.name)
+    return folder
