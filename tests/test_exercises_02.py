@@ -43,7 +43,7 @@ def reuse_owner_label(db, owner, prompt="Prepare the stock draft"):
                 stale_refused=stale_refused, stored_result=stored)
 '''
 
-# The stale attempt through the runtime's own finish: the same fence, the same decision.
+# The stale attempt through the runtime's own finish, which 02's grading replaces by a tripwire.
 REUSE_RUNTIME_FINISH = REUSE_LONGER_LEASE.replace(
     'finish(db, old, "DONE", "stale result", now=time.time())', 'reference.finish(db, old, "DONE", "stale result")'
 )
@@ -71,7 +71,7 @@ REUSE_OTHER_LABEL = REUSE_LONGER_LEASE.replace(
 )
 
 
-@pytest.mark.parametrize("answer", [REUSE_LONGER_LEASE, REUSE_RUNTIME_FINISH], ids=["longer lease", "runtime finish"])
+@pytest.mark.parametrize("answer", [REUSE_LONGER_LEASE], ids=["longer lease"])
 def test_exercise_1_written_differently_keeps_its_points(answer):
     verdict = grade({"exercise_reuse_owner_label": answer}, "test_exercise_reuse_owner_label")
     assert verdict["passed"], verdict
@@ -79,10 +79,12 @@ def test_exercise_1_written_differently_keeps_its_points(answer):
 
 @pytest.mark.parametrize(
     "answer, said",
-    [(REUSE_AT_EXPIRY, "after the old lease's expiry"),
+    [(REUSE_AT_EXPIRY, "at or after the old lease's expiry"),
      (REUSE_NEVER_TRIED, "No fence refused the old generation-1 claim"),
-     (REUSE_OTHER_LABEL, "same_owner")],
-    ids=["tried at expiry", "never tried", "other label"],
+     (REUSE_OTHER_LABEL, "same_owner"),
+     # 02's own answers are replaced by tripwires while 02 is graded: the exercise uses the learner's.
+     (REUSE_RUNTIME_FINISH, "called the course's own `finish`")],
+    ids=["tried at expiry", "never tried", "other label", "runtime finish"],
 )
 def test_exercise_1_wrong_answers_lose_the_points(answer, said):
     verdict = grade({"exercise_reuse_owner_label": answer}, "test_exercise_reuse_owner_label")
@@ -165,7 +167,7 @@ def test_the_lease_rule_written_differently_keeps_its_points_and_wrong_ones_lose
     said = " ".join(boundary["message"].split())
     assert "With 1.0 s of lease left and a 1.0 s supplier timeout you predicted sent" in said
     always = grade({"order_may_leave": ALWAYS}, "test_order_may_leave")
-    assert not always["passed"] and "With 0.5 s of lease left" in " ".join(always["message"].split())
+    assert not always["passed"] and "With 1.0 s of lease left" in " ".join(always["message"].split())
 
 
 # The model-call reservation -------------------------------------------------------------------
@@ -204,7 +206,9 @@ def observe(db, work, message):
 def test_an_observe_that_accepts_a_bare_string_loses_its_points():
     verdict = grade({"observe": OBSERVE_ANY_JSON}, "test_observe")
     assert not verdict["passed"]
-    assert "observe with the message 'a bare string' gave accepted" in " ".join(verdict["message"].split())
+    said = " ".join(verdict["message"].split())  # a hidden check: its own words, not the values of its case
+    assert "expected ValueError and no row: a transcript message is a JSON object (a dict)" in said, said
+    assert "a bare string" not in said
 
 
 def test_the_solution_scores_every_check_of_02():

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from checked_answers import verdicts
-from course.grading.definitions import definitions_only
 
 pytestmark = pytest.mark.slow
 
@@ -66,17 +65,16 @@ def test_a_wrong_prediction_loses_the_points(field, wrong):
 
 
 def _course_namespace(*grade_ids: str) -> dict:
-    """The solution's setup cells, whole, then the definitions of the named locked cells."""
+    """The solution's setup cells, as the judge and the learner process run them, then the
+    named cells of the solution (answers written as the model solution writes them)."""
     cells = json.loads(SOLUTION.read_text())["cells"]
     namespace: dict = {"__name__": "course_cells"}
     for cell in cells:
-        meta = cell["metadata"]
-        source = "".join(cell["source"])
-        if "setup" in meta.get("tags", []):
-            exec(compile(source, "<setup>", "exec"), namespace)
+        if "setup" in cell["metadata"].get("tags", []):
+            exec(compile("".join(cell["source"]), "<setup>", "exec"), namespace)
     for cell in cells:
         if cell["metadata"].get("nbgrader", {}).get("grade_id") in grade_ids:
-            exec(compile(definitions_only("".join(cell["source"])), "<course>", "exec"), namespace)
+            exec(compile("".join(cell["source"]), "<solution>", "exec"), namespace)
     return namespace
 
 
@@ -211,7 +209,9 @@ def test_forced_approvals_really_overlap_and_only_the_account_transaction_holds(
 def test_reading_a_killed_worker_as_bad_health_loses_the_points():
     wrong = '''four_answers = {"health": "B", "progress": "C", "cancellation": "E", "external": "G"}'''
     verdict = score("four_answers", wrong, "test_four_answers")
-    assert not verdict["passed"] and "health: you chose B" in verdict["message"], verdict
+    said = " ".join(verdict["message"].split())  # hidden: which answer is wrong, never the key
+    assert not verdict["passed"] and "your letter for health is not the one" in said, verdict
+    assert "(A)" not in said and "progress" not in said
     assert score("four_answers", wrong.replace('"B"', '"A"'), "test_four_answers")["passed"]
 
 

@@ -30,12 +30,12 @@ SESSION_CHILD = ["sleep", "611.0707"]
 PLAIN_CHILD = ["sleep", "612.0707"]
 
 SOLUTION = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"
-VISIBLE = (
+SETUP = (  # a check reads only what setup cells, the check itself and the answers define
     "def check(condition, message):\n"
     "    if not condition:\n"
-    "        raise AssertionError(message)\n\n"
-    "check(double(2) == 4, f'double(2) returned {double(2)!r}; expected 4.')"
+    "        raise AssertionError(message)"
 )
+VISIBLE = "check(double(2) == 4, f'double(2) returned {double(2)!r}; expected 4.')"
 HIDDEN = (
     "check(double(0) == 0, 'double(0) returned something else; zero must stay zero.')\n"
     "### BEGIN HIDDEN TESTS\n"
@@ -61,10 +61,11 @@ def build_course(root):
     """A ch12 course with one notebook: solution, visible test, hidden test, written answer."""
     (root / "solutions" / commands.ASSIGNMENT).mkdir(parents=True)
     (root / "nbgrader_config.py").write_text(
-        f"from course.grading.nbgrader.config import configure\nconfigure(c, {str(root)!r})\nc.Execute.timeout = 5\n"
+        f"from course.grading.nbgrader.config import configure\nconfigure(c, {str(root)!r})\nc.StartChecks.cell_timeout = 5\n"
     )
     nb = new_notebook(
         cells=[
+            new_code_cell(SETUP, metadata={**nbgrader_metadata("setup", locked=True), "tags": ["setup"]}),
             new_code_cell(SOLUTION, metadata=nbgrader_metadata("double", solution=True)),
             new_code_cell(VISIBLE, metadata=nbgrader_metadata("visible", grade=True, locked=True, points=1)),
             new_code_cell(HIDDEN, metadata=nbgrader_metadata("hidden", grade=True, locked=True, points=2)),
@@ -78,10 +79,10 @@ def build_course(root):
 
 def submit(root, student, solution):
     nb = nbformat.read(root / "notebooks" / commands.ASSIGNMENT / "toy.ipynb", as_version=4)
-    nb.cells[0].source = solution
-    nb.cells[4].source = "Because 2 * 0 == 0."
+    nb.cells[1].source = solution
+    nb.cells[5].source = "Because 2 * 0 == 0."
     if student == "copier":
-        nb.cells.append(new_code_cell(nb.cells[1].source, metadata=dict(nb.cells[1].metadata)))
+        nb.cells.append(new_code_cell(nb.cells[2].source, metadata=dict(nb.cells[2].metadata)))
     folder = root / "submitted" / student / commands.ASSIGNMENT
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / "toy.ipynb")
@@ -123,7 +124,7 @@ def test_release_has_no_solution_no_hidden_tests_no_outputs(course):
     assert MARKER not in text and "return 2 * x" not in text
     nb = nbformat.read(released[0], as_version=4)
     assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
-    assert nb.cells[2].metadata.nbgrader["grade_id"] == "hidden"
+    assert nb.cells[3].metadata.nbgrader["grade_id"] == "hidden"
 
 
 @pytest.mark.slow
@@ -131,7 +132,7 @@ def test_feedback_explains_but_hides_hidden_tests(course):
     root, _, results = course
     assert results["partial"].score == 1  # visible passed, hidden failed
     autograded = (root / "autograded/partial/ch12/toy.ipynb").read_text()
-    assert MARKER not in autograded  # hidden tests never reach the kernel, so never its notebook
+    assert MARKER not in autograded  # hidden regions are stripped from every autograded notebook
     html = (root / "feedback/partial/ch12/toy.html").read_text()
     assert HIDDEN_MESSAGE in html
     assert MARKER not in html
@@ -162,18 +163,18 @@ def test_looping_student_scores_zero_with_reason_and_class_is_graded(course):
 
 
 @pytest.mark.slow
-def test_kernel_killer_scores_zero_with_reason_and_class_is_graded(course):
+def test_a_submission_that_kills_its_own_process_scores_zero_with_reason_and_class_is_graded(course):
     results = course[2]
     crasher = results["crasher"]
     assert (crasher.score, crasher.max_score) == (0, 4)
-    assert "kernel died" in crasher.reasons["toy/visible"]
+    assert "process running the notebook ended" in crasher.reasons["toy/visible"]
     assert [r.score for r in results.values()] == [3, 0, 0, 1, 3]
 
 
 @pytest.mark.slow
 def test_no_child_of_a_submission_survives_grading(course):
     assert running(SESSION_CHILD) == []  # solid: start_new_session=True
-    assert running(PLAIN_CHILD) == []  # crasher: orphaned when its kernel was SIGKILLed
+    assert running(PLAIN_CHILD) == []  # crasher: orphaned when its learner process was SIGKILLed
 
 
 def test_failure_in_one_notebook_keeps_the_others(monkeypatch):
@@ -185,11 +186,11 @@ def test_failure_in_one_notebook_keeps_the_others(monkeypatch):
     def fake_convert(root, assignment, student, notebook):
         calls.append(notebook)
         crashed = notebook in ("*", "02_fencing")
-        return failure_reason("nbclient.exceptions.DeadKernelError: Kernel died") if crashed else None
+        return failure_reason("[Autograde | ERROR] ValueError: bad notebook") if crashed else None
 
     monkeypatch.setattr(unit, "_convert", fake_convert)
     failures = unit._autograde(Path("."), "ch12", "s", ["01_claims", "02_fencing"])
-    assert failures == {"02_fencing": failure_reason("DeadKernelError")}
+    assert failures == {"02_fencing": "ValueError: bad notebook"}
     assert calls == ["*", "01_claims", "02_fencing"]
 
 
@@ -275,7 +276,7 @@ def test_recording_a_result_again_changes_nothing(course, tmp_path):
     assert (outcome["score"], outcome["max_score"]) == (1, 4)
     assert outcome["notebooks"]["toy"]["grades"]["hidden"]["auto_score"] == 0
     assert MARKER not in outcome["autograded"]["toy.ipynb"].decode()
-    assert outcome["report"] == "Graded normally." and outcome["findings"]["tampering"] == 0
+    assert outcome["report"] == "Graded normally." and not any(outcome["findings"].values())
     copy = tmp_path / "course"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns("autograded", "feedback"))
     copy_url = f"sqlite:///{copy / 'gradebook.db'}"
@@ -316,28 +317,11 @@ def test_a_course_installed_below_tmp_is_seen_in_the_sandbox_and_cannot_be_writt
 
 
 def test_a_worker_starts_the_checks_that_took_longest_last_time_first(monkeypatch):
-    from course.grading import jobs
+    from course.grading.judge import checks
 
-    monkeypatch.setattr(jobs, "last_seconds", {("04", "slow"): 4.5, ("01", "quick"): 0.2, ("02", "middle"): 1.0})
+    monkeypatch.setattr(checks, "last_seconds", {("04", "slow"): 4.5, ("01", "quick"): 0.2, ("02", "middle"): 1.0})
     batch = [{"notebook": n, "cell": c} for n, c in (("01", "quick"), ("02", "new"), ("04", "slow"), ("02", "middle"))]
-    assert [job["cell"] for job in jobs.longest_first(batch)] == ["slow", "middle", "quick", "new"]
-
-
-def test_a_grading_kernel_starts_without_the_debugger():
-    """The kernel's sandbox has an empty folder over debugpy, so ipykernel starts without its
-    debugger (a sixth of a kernel's start); the package itself is untouched."""
-    from course.grading.sandbox import bubblewrap as sandbox
-    from course.grading.sandbox.kernel import without_debugger
-
-    sandbox.ensure_available()
-    probe = [sys.executable, "-c", "import ipykernel.debugger as d; print(d._is_debugpy_available)"]
-    seen = {}
-    for label, hidden in (("plain", {}), ("kernel", without_debugger())):
-        done = subprocess.run(sandbox.Sandbox(tmpfs=hidden).command(probe), capture_output=True, text=True,
-                              timeout=60, check=False)
-        assert done.returncode == 0, done.stderr[-1000:]
-        seen[label] = done.stdout.split()
-    assert seen == {"plain": ["True"], "kernel": ["False"]}
+    assert [job["cell"] for job in checks.longest_first(batch)] == ["slow", "middle", "quick", "new"]
 
 
 def test_before_the_first_sandbox_every_course_module_has_up_to_date_bytecode():
@@ -401,20 +385,20 @@ def test_a_worker_keeps_one_engine_per_gradebook_and_its_scratch_commits_skip_th
         assert db.execute("SELECT id FROM student").fetchall() == [("s1",)]
 
 
-WORKER_WHOSE_KERNEL_FAILS = """
+WORKER_THAT_FAILS_A_NOTEBOOK = """
 import json, os, sys
 from pathlib import Path
 from course.grading.classes import coordinator, unit
 from course.grading.nbgrader import preprocessors as protect
 from course.grading.nbgrader.gradebook import db_url
 
-def kernel_fails(self, nb, resources=None, km=None):  # after StartChecks, before DecideOutsideKernel
-    raise RuntimeError("the kernel could not start")
+def fails(self, nb, resources):  # after StartChecks, before any verdict is read
+    raise RuntimeError("nbgrader gives this notebook up")
 
 root = Path(sys.argv[1])
 assignment = coordinator.definition(root, db_url(root), "ch12")
 unit.warm_up()
-protect.SandboxedExecute.preprocess = kernel_fails
+protect.DecideByJudge.preprocess = fails
 outcome = unit.run(assignment, coordinator.submission(Path(sys.argv[2]), "slow"))
 print(json.dumps(outcome["reasons"]), flush=True)
 os._exit(0)  # as a process pool's worker ends: threads still running are not waited for
@@ -424,22 +408,23 @@ os._exit(0)  # as a process pool's worker ends: threads still running are not wa
 @pytest.mark.slow
 def test_a_notebook_nbgrader_drops_mid_grading_leaves_no_check_running_behind(course, tmp_path):
     """nbgrader drops a notebook's started checks when it fails on that notebook before reading
-    their verdicts. The worker still waits for them: a check whose server the worker's clean-up
-    killed would otherwise start a sandbox again and outlive the student (its cgroup with it)."""
+    their verdicts. The worker still waits for them before its clean-up: nothing of them (judge,
+    learner process, cgroup) may outlive the student."""
     root, _, _ = course
     slow = tmp_path / "slow"  # its checks are still running when nbgrader gives the notebook up
     shutil.copytree(root / "submitted" / "solid" / commands.ASSIGNMENT, slow)
     nb = nbformat.read(slow / "toy.ipynb", as_version=4)
-    nb.cells[0].source = "import time\n\ndef double(x):\n    time.sleep(3)\n    return 2 * x"
+    nb.cells[1].source = "import time\n\ndef double(x):\n    time.sleep(3)\n    return 2 * x"
     nbformat.write(nb, slow / "toy.ipynb")
     before = sandbox_cgroups()
-    done = subprocess.run([sys.executable, "-c", WORKER_WHOSE_KERNEL_FAILS, str(root), str(slow)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", WORKER_THAT_FAILS_A_NOTEBOOK, str(root), str(slow)], capture_output=True,
                           text=True, timeout=300, check=False, env={**os.environ, "PATH": commands.venv_path(os.environ["PATH"])})
     assert done.returncode == 0, done.stderr[-2000:]
     reasons = json.loads(done.stdout.strip().splitlines()[-1])
     assert sorted(reasons) == ["toy/hidden", "toy/visible"], reasons  # the notebook is reported, not graded
     assert sandbox_cgroups() <= before, "a sandbox's cgroup outlived its student"
-    assert_nothing_left("course.grading.checkserver", within=5)
+    assert_nothing_left("course.grading.judge.server", within=5)
+    assert_nothing_left("course.grading.learner.process", within=5)
 
 
 def test_the_cgroup_of_a_grader_killed_mid_student_is_removed_by_the_next_one():

@@ -92,6 +92,19 @@ def observation(name: str) -> Iterator[None]:
         print(wrap(not_implemented(name) + ", then run this cell again."))
 
 
+@contextmanager
+def rebound(namespace: dict[str, Any], name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """While inside, `name` in the learner's namespace is `wrap(what it was)`: a check sees the
+    calls the learner's own code makes of it (their `finish` calling their `assert_current`).
+    At grading the judge rebinds the name in the learner process too, to a callback of its own."""
+    original = namespace[name]
+    namespace[name] = wrap(original)
+    try:
+        yield
+    finally:
+        namespace[name] = original
+
+
 def unexpected(as_told: object, message: str) -> None:
     """In an observation: when the learner's code made the result differ from the text around
     the cell (`as_told` is false), say so right under the output."""

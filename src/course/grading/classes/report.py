@@ -1,8 +1,8 @@
 """One line per student that an instructor can act on, read from the autograded notebooks.
 
-What grading observed, counted per student: time limits, a dead kernel, writes the sandbox
-refused, the output, process, memory and disk bounds, and "tampering detected" from the
-checker. The same facts go to the console and to a CSV.
+What grading observed, counted per student: time limits, a learner process that died, writes
+the sandbox refused, the output, process, memory and disk bounds, and answers that called the
+course's own implementation (its tripwire). The same facts go to the console and to a CSV.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import nbformat
 # finding -> (what in an output shows it, how the report says it)
 SIGNS = {
     "timeouts": (("CellTimeoutError", "CheckTimeout", "past the time limit"), "ran past the time limit"),
-    "kernel_lost": (("the kernel stopped answering properly", "DeadKernelError"), "broke its own kernel"),
+    "learner_lost": (("LearnerFailed", "LearnerProcessEnded"), "ended the process running its notebook"),
     "sandbox_denials": (("Read-only file system", "Permission denied"), "tried to write outside its scratch folder"),
     "output_limit": (("[output limit reached",), "printed without end (output cut off)"),
     "process_limit": (("Resource temporarily unavailable", "can't start new thread", "BlockingIOError"),
                       "hit the process limit"),
     "memory_limit": (("MemoryError", "Cannot allocate memory"), "hit the memory limit"),
     "disk_limit": (("No space left on device", "File too large"), "filled its scratch folder"),
-    "tampering": (("TamperingDetected",), "tampering detected"),
+    "course_answer": (("CourseAnswerUsed",), "called the course's own answer"),
 }
-COLUMNS = ["student", "score", "max_score", "seconds", "sandboxed", *SIGNS, "dead_kernel", "reason"]
+COLUMNS = ["student", "score", "max_score", "seconds", "sandboxed", *SIGNS, "reason"]
 
 
 def findings(folder: Path) -> dict[str, int]:
@@ -51,11 +51,7 @@ def reason(result) -> str:
     """The student's situation in one sentence."""
     said = [f"{SIGNS[name][1]} ({count} cell{'s' if count != 1 else ''})"
             for name, count in result.findings.items() if count]
-    dead = [why for why in result.reasons.values() if "kernel died" in why]
-    if dead:
-        said.append("its kernel died")
-    other = sorted({why for why in result.reasons.values() if "kernel died" not in why and "time limit" not in why})
-    said += other
+    said += sorted({why for why in result.reasons.values() if "time limit" not in why and "process running" not in why})
     sentence = "; ".join(said) if said else "graded normally"
     if not result.sandboxed:
         sentence = "UNSANDBOXED (graded without isolation, by instructor decision): " + sentence
@@ -78,17 +74,13 @@ def write_report(path: Path, results) -> Path:
             writer.writerow({
                 "student": r.student, "score": r.score, "max_score": r.max_score, "seconds": r.seconds,
                 "sandboxed": r.sandboxed, **r.findings,
-                "dead_kernel": any("kernel died" in why for why in r.reasons.values()), "reason": reason(r),
+                "reason": reason(r),
             })
     return path
 
 
 def failure_reason(log):
     """Why nbgrader gave up, in words an instructor can pass on."""
-    if "DeadKernelError" in log:
-        return "the kernel died (killed or crashed) while running this notebook"
-    if "CellTimeoutError" in log or "UnresponsiveKernelError" in log:
-        return "a cell ran past the time limit and did not stop when interrupted"
     mismatch = [line for line in log.splitlines() if "GradebookMismatch" in line]
     if mismatch:
         return mismatch[-1].split("GradebookMismatch:", 1)[-1].strip()
@@ -97,13 +89,14 @@ def failure_reason(log):
 
 
 def timeout_reason(path):
-    """Why the kernel did not finish this notebook, as recorded in the autograded notebook, or None."""
+    """Why the learner's notebook did not run to its end at grading, as the autograded notebook
+    records it, or None."""
     nb = nbformat.read(path, as_version=4)
     for index, cell in enumerate(nb.cells):
         label = cell.metadata.get("nbgrader", {}).get("grade_id", f"#{index + 1}")
         for output in cell.get("outputs", []):
-            if output.get("ename") == "DeadKernelError":
-                return f"the kernel died (killed or crashed) while running cell {label!r}"
             if output.get("ename") == "CellTimeoutError" or "past the time limit" in str(output.get("evalue", "")):
                 return f"cell {label!r} ran past the time limit and was interrupted"
+            if output.get("ename") == "LearnerFailed":
+                return "the process running the notebook ended before its cells had all run"
     return None

@@ -225,7 +225,7 @@ def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str
     from course.grading.nbgrader.preprocessors import PRESTARTED, StartChecks
 
     config = _config(root, assignment, student, "*")
-    coursedir, timeout = CourseDirectory(config=config), StartChecks(config=config).timeout
+    coursedir, starter = CourseDirectory(config=config), StartChecks(config=config)
     submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment)).resolve()
     release = Path(coursedir.format_path(coursedir.release_directory, ".", assignment))
     built, sources = {}, {}
@@ -236,7 +236,7 @@ def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str
                 built[notebook], sources[notebook] = checks.notebook_jobs(notebook, release, full)
             except Exception:  # an unknown notebook: nbgrader reports it in its own words
                 continue
-    for notebook, pending in checks.start_checks(built, submitted, release, timeout).items():
+    for notebook, pending in checks.start_checks(built, submitted, release, starter.timeout, starter.cell_timeout).items():
         PRESTARTED[(submitted, notebook)] = (pending, sources[notebook])
 
 

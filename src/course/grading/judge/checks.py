@@ -42,7 +42,6 @@ RESULT_LIMIT = 64 * 1024  # bytes of verdict the grader reads from a judge
 BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 SCRATCH_INSIDE = "/scratch"  # the student's scratch folder in the judge's sandbox
 CHECKS_AT_ONCE = 8  # many checks mostly wait (a real lease running out): more than the cores
-CELLS_SECONDS = 120.0  # bound on a learner process's cells, all of them, before a check starts
 
 
 @dataclass(frozen=True)
@@ -151,20 +150,25 @@ def wait_for_all() -> None:
         wait(_unanswered.pop()._futures.values())
 
 
-def start_checks(jobs_by_notebook: dict[str, list[dict]], submitted: Path, release: Path,
-                 timeout: float) -> dict[str, PendingChecks]:
+def longest_first(jobs: list[dict]) -> list[dict]:
+    """`jobs` by how long each took last time, longest first (never run: in their own order, last)."""
+    return sorted(jobs, key=lambda job: -last_seconds.get((job["notebook"], job["cell"]), 0.0))
+
+
+def start_checks(jobs_by_notebook: dict[str, list[dict]], submitted: Path, release: Path, timeout: float,
+                 cell_seconds: float = 120.0) -> dict[str, PendingChecks]:
     """Start the checks of one student's notebooks, in one judge sandbox, longest first."""
     every = [job for built in jobs_by_notebook.values() for job in built]
-    group = CheckGroup(submitted, release, len(every), _setup_imports(every))
-    ordered = sorted(every, key=lambda job: -last_seconds.get((job["notebook"], job["cell"]), 0.0))
-    futures = {id(job): _pool().submit(group.check, job, timeout) for job in ordered}
+    group = CheckGroup(submitted, release, len(every), _setup_imports(every), cell_seconds)
+    futures = {id(job): _pool().submit(group.check, job, timeout) for job in longest_first(every)}
     return {notebook: PendingChecks({job["cell"]: futures[id(job)] for job in built}, group, notebook)
             for notebook, built in jobs_by_notebook.items()}
 
 
-def run_checks(jobs: list[dict], submitted: Path, release: Path, timeout: float) -> dict[str, dict]:
+def run_checks(jobs: list[dict], submitted: Path, release: Path, timeout: float,
+               cell_seconds: float = 120.0) -> dict[str, dict]:
     """Run these jobs (of one notebook) and wait: {grade_id: verdict}."""
-    return start_checks({"checks": jobs}, submitted, release, timeout)["checks"].results()
+    return start_checks({"checks": jobs}, submitted, release, timeout, cell_seconds)["checks"].results()
 
 
 def _setup_imports(jobs: list[dict]) -> list[str]:
@@ -183,8 +187,10 @@ def _setup_imports(jobs: list[dict]) -> list[str]:
 class CheckGroup:
     """One student's checks: one judge sandbox, and per check, learner sandboxes of its own."""
 
-    def __init__(self, submitted: Path, release: Path, count: int, preload: list[str] = ()) -> None:
+    def __init__(self, submitted: Path, release: Path, count: int, preload: list[str] = (),
+                 cell_seconds: float = 120.0) -> None:
         self.submitted, self.release = Path(submitted).resolve(), Path(release).resolve()
+        self.cell_seconds = cell_seconds
         self.reports: dict[str, list[dict]] = {}
         self._preload, self._left, self._lock = list(preload), count, threading.Lock()
         self._server: JudgeServer | None = None
@@ -216,7 +222,7 @@ class CheckGroup:
         def start_learner(what: str) -> tuple[Any, socket.socket, list]:
             tripwired = answered if what == job["what"] else frozenset(
                 name for name in ANSWERS if name != "Claim")  # `implementation`: the five functions of 01-03
-            return learners.start(what, tripwired, self.submitted, self.release, (host, inside), CELLS_SECONDS)
+            return learners.start(what, tripwired, self.submitted, self.release, (host, inside), self.cell_seconds)
 
         def start_worker(argv: list[str], log: str) -> Any:
             host_log = host / Path(log).relative_to(inside)

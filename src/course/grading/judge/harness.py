@@ -2,10 +2,12 @@
 
 Most of the course's helpers run in the judge unchanged: they call the learner's functions
 through their proxies, and a connection they trace (`course.checks.trace`) is traced across the
-wire. Two need more:
+wire. Three need more:
 
 * `race_claims`: worker B must be another process than worker A (in Lab, a forked child): here,
   the same name in a second learner process;
+* `rebound`: the name is rebound in the learner process as well (to the judge's callback), so
+  the judge itself sees every call the learner's own code makes of it;
 * `run_checkpoint`: the five functions of a learner process that ran 01-03, its workers in learner
   sandboxes the grader starts, ledgers in the judge's own folder, and the stale writes made by the
   judge (`Elsewhere`; the workers' own reports are not evidence).
@@ -13,6 +15,7 @@ wire. Two need more:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from pathlib import Path
@@ -70,7 +73,22 @@ def substitute(namespace: dict[str, Any], context: Context) -> None:
         kwargs.pop("require_saved", None)  # the judge judges what was submitted
         return run.run_checkpoint(context.implementation, *args, **kwargs)
 
-    swaps = {id(checks.race_claims): race_claims, id(run.run_checkpoint): run_checkpoint}
+    @contextlib.contextmanager
+    def rebound(space: dict[str, Any], name: str, wrap: Any) -> Any:
+        original = space[name]
+        wrapped = wrap(original)
+        space[name] = wrapped
+        mine = isinstance(original, wire.Remote) and original.peer is context.peer
+        if mine:  # the learner's own code looks the name up in the learner process: rebind it there too
+            context.peer.call({"name": "__rebind__"}, (name, wrapped))
+        try:
+            yield
+        finally:
+            space[name] = original
+            if mine:
+                context.peer.call({"name": "__rebind__"}, (name, original))
+
+    swaps = {id(checks.race_claims): race_claims, id(run.run_checkpoint): run_checkpoint, id(checks.rebound): rebound}
     for name, value in list(namespace.items()):
         if id(value) in swaps:
             namespace[name] = swaps[id(value)]

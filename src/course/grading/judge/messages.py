@@ -3,8 +3,8 @@
 A visible part's failure is told as in the learner's own notebook: the check's message with its
 values, or the type and message of what the learner's code raised (bounded). The learner process
 has then seen only the visible part's arguments, so nothing hidden can be in them.
-A hidden part's failure is told in the course's words only: the failing `expect`'s message as
-written in the check, each interpolated value replaced by "…" unless the check marked it
+A hidden part's failure is told in the course's words only: the failing `expect`'s message (or
+the message of the check's own helper) as written in the check, each interpolated value replaced by "…" unless the check marked it
 `shown(...)` (a value the course chose to show, such as which of the learner's own answers were
 wrong); what the learner's code raised there is named by its type only.
 """
@@ -27,9 +27,9 @@ ELIDED = "…"
 def verdict(error: BaseException, job: dict[str, Any]) -> dict[str, Any]:
     hidden = _in_hidden_part(error, job.get("hidden_from"))
     answers = set(job.get("answers", {}))
-    if isinstance(error, CheckFailed):
-        message = _template(error, job["check"]) if hidden else str(error)
-        return _failed("CheckFailed", message)
+    if isinstance(error, AssertionError) and not getattr(error, "remote", False):  # the check's own (expect)
+        message = _template(error, job["check"]) if hidden else _text(error)
+        return _failed("CheckFailed" if isinstance(error, CheckFailed) else type(error).__name__, message)
     if isinstance(error, NotImplementedError):
         stub = str(getattr(error, "stub", "") or "")
         return _failed("NotImplementedError", not_implemented(stub) if stub in answers else
@@ -44,10 +44,12 @@ def verdict(error: BaseException, job: dict[str, Any]) -> dict[str, Any]:
                        "your answer called the course's own implementation, which is replaced by a tripwire while "
                        "you are graded: write it yourself")
     name = type(error).__name__
+    if isinstance(error, NameError) and getattr(error, "name", None) in answers:
+        return _failed("NotImplementedError", not_implemented(error.name))
     if getattr(error, "remote", False):
         told = f"your code raised {name}" + ("" if hidden else f": {_text(error)}")
         return _failed(name, told + (" (in a hidden check)" if hidden else ""))
-    return _failed(name, f"a hidden check stopped with {name}" if hidden else f"{name}: {_text(error)}")
+    return _failed(name, f"a hidden check stopped with {name}" if hidden else _text(error))
 
 
 def _failed(ename: str, message: str) -> dict[str, Any]:
@@ -81,23 +83,24 @@ def _in_hidden_part(error: BaseException, hidden_from: int | None) -> bool:
     return frames[0].tb_lineno >= hidden_from
 
 
-def _template(error: CheckFailed, source: str) -> str:
-    """The failing expect's message as the check writes it: values elided unless `shown`."""
-    frames = _check_frames(error)
-    if not frames:
-        return "a hidden check failed"
-    trace = frames[-1]
-    position = _position(trace)
-    call = _expect_at(source, position)
-    if call is None or len(call.args) < 2:
-        return "a hidden check failed"
-    elided = _Elide().visit(ast.parse(ast.unparse(call.args[1]), mode="eval"))  # a copy: the cached tree stays
-    try:
-        text = eval(compile(ast.fix_missing_locations(elided), FILENAME, "eval"),
-                    trace.tb_frame.f_globals, dict(trace.tb_frame.f_locals))
-    except Exception:
-        return "a hidden check failed"
-    return wrap(str(text))
+def _template(error: BaseException, source: str) -> str:
+    """The failing check's message as the check writes it, values elided unless `shown`: the
+    message argument (the last) of the call the check's code was in when it failed (`expect(...)`,
+    or a helper of the check's own), innermost first."""
+    for trace in reversed(_check_frames(error)):
+        call = _call_at(source, _position(trace))
+        if call is None or len(call.args) < 2:
+            continue
+        elided = _Elide().visit(ast.parse(ast.unparse(call.args[-1]), mode="eval"))  # a copy: the cached tree stays
+        if isinstance(elided.body, ast.Constant) and elided.body.value == ELIDED:
+            continue  # no words of the course's in it: look at the caller
+        try:
+            text = eval(compile(ast.fix_missing_locations(elided), FILENAME, "eval"),
+                        trace.tb_frame.f_globals, dict(trace.tb_frame.f_locals))
+        except Exception:
+            continue
+        return wrap(str(text))
+    return "a hidden check failed"
 
 
 class _Elide(ast.NodeTransformer):
@@ -137,11 +140,11 @@ def _position(trace: types.TracebackType) -> tuple[int, int]:
     return (trace.tb_lineno, 0)
 
 
-def _expect_at(source: str, position: tuple[int, int]) -> ast.Call | None:
-    """The `expect(...)` call whose span holds `position` (the innermost, if they nest)."""
+def _call_at(source: str, position: tuple[int, int]) -> ast.Call | None:
+    """The innermost call to a named function whose span holds `position`."""
     found = None
     for node in ast.walk(_tree(source)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "expect"
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and (node.lineno, node.col_offset) <= position <= (node.end_lineno, node.end_col_offset)):
             if found is None or (node.lineno, node.col_offset) >= (found.lineno, found.col_offset):
                 found = node

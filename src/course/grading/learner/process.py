@@ -6,7 +6,8 @@ NOTEBOOK is one of the learner's notebooks (its setup cells from the release, th
 cells, course.learner.notebook_cells), or `implementation`: the five functions a checkpoint worker
 calls, loaded from 01-03 as the checkpoint loads them. Its first message is its report, how each
 cell ended and what it printed (it holds nothing of the check yet: the grader can show it). Then
-it answers calls by name (and `__describe__`, what each name is) until the wire closes. What it
+it answers calls by name (and `__describe__`, what each name is; `__rebind__`, a name bound to a
+callback of the judge's for a while) until the wire closes. What it
 prints while it serves goes nowhere. Nothing it says is believed: the judge decides from data.
 """
 
@@ -23,7 +24,7 @@ from course import learner
 from course.checks import is_stub
 from course.grading import wire
 
-DESCRIBE = "__describe__"
+DESCRIBE, REBIND = "__describe__", "__rebind__"
 
 
 def describe(namespace: dict[str, Any], peer: wire.Peer, names: list[str]) -> dict[str, Any]:
@@ -55,9 +56,10 @@ def describe(namespace: dict[str, Any], peer: wire.Peer, names: list[str]) -> di
 
 def load(what: str) -> tuple[dict[str, Any], list[learner.CellRun]]:
     """The names to serve and how each cell ended."""
+    seconds = float(os.environ.get("COURSE_CELL_SECONDS", learner.CELL_SECONDS))
     if what == "implementation":
         try:
-            loaded = learner.load_implementation(".")
+            loaded = learner.load_implementation(".", seconds=seconds)
         except learner.LearnerCodeError as error:
             return {}, [learner.CellRun("implementation", None, ename="LearnerCodeError", evalue=str(error))]
         served = {name: getattr(loaded.ownership, name) for name in learner.FUNCTIONS}
@@ -69,7 +71,7 @@ def load(what: str) -> tuple[dict[str, Any], list[learner.CellRun]]:
         cells = learner.notebook_cells(".", notebook)
     except learner.LearnerCodeError as error:
         return {}, [learner.CellRun("notebook", None, ename="LearnerCodeError", evalue=str(error))]
-    return module.__dict__, learner.run_cells(cells, module)
+    return module.__dict__, learner.run_cells(cells, module, seconds)
 
 
 class _Discard(io.TextIOBase):
@@ -84,6 +86,7 @@ def main(argv: list[str]) -> int:
     served: dict[str, Any] = {}
     peer = wire.Peer(sock, resolve_name=lambda name: served[name] if name in served else namespace[name])
     served[DESCRIBE] = lambda wanted: describe(namespace, peer, list(wanted))
+    served[REBIND] = lambda name, value: namespace.__setitem__(str(name), value)  # the judge's `rebound`
     peer.send({"ready": [run.to_json() for run in runs], "pid": os.getpid()})
     peer.gone.wait()
     os._exit(0)  # no learner atexit handler runs; the sandbox ends with us

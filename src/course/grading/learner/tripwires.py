@@ -18,6 +18,7 @@ import hashlib
 import importlib.util
 import py_compile
 import tempfile
+import threading
 from pathlib import Path
 
 # answer name -> the runtime module that holds the course's own
@@ -38,17 +39,21 @@ class CourseAnswerUsed(RuntimeError):
 
 def tripped(name: str) -> CourseAnswerUsed:
     return CourseAnswerUsed(
-        f"your answer called the course's own `{name}`: while your notebook is graded, the course's `{name}` "
-        f"is replaced by this tripwire. Write `{name}` yourself.")
+        f"your answer called the course's own `{name}`, which is replaced by this tripwire while your notebook "
+        f"is graded: use your own `{name}` (write it first, in its cell, if you have not).")
+
+
+_building = threading.Lock()  # CPython 3.11's ast is not safe to use from two threads at once
 
 
 def overlays(answers: frozenset[str]) -> dict[str, str]:
     """{original file: tripwired copy} for the runtime modules holding any of `answers`: each
     module's source, and its bytecode where the original has some on disk."""
     found: dict[str, str] = {}
-    for module in sorted({ANSWERS[name] for name in answers if name in ANSWERS}):
-        names = frozenset(name for name in answers if ANSWERS.get(name) == module)
-        found.update(_overlay(module, names))
+    with _building:
+        for module in sorted({ANSWERS[name] for name in answers if name in ANSWERS}):
+            names = frozenset(name for name in answers if ANSWERS.get(name) == module)
+            found.update(_overlay(module, names))
     return found
 
 

@@ -101,7 +101,8 @@ def observation(cell) -> bool:
 class StartChecks(NbGraderPreprocessor):
     """Start each graded test cell's check now (the judge decides it; see DecideByJudge)."""
 
-    timeout = Integer(60, help="Seconds one check may take.").tag(config=True)
+    timeout = Integer(60, help="Seconds one check may take (after its learner process has run the cells).").tag(config=True)
+    cell_timeout = Integer(120, help="Seconds each of the learner's cells may run in a learner process.").tag(config=True)
 
     def preprocess(self, nb, resources):
         _, assignment, _, notebook = _course(self, resources)
@@ -112,7 +113,8 @@ class StartChecks(NbGraderPreprocessor):
                 sources = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
             release = release_folder(self, resources)
             built, full = checks.notebook_jobs(notebook, release, sources)
-            started = checks.start_checks({notebook: built}, submitted, release, self.timeout)[notebook], full
+            started = checks.start_checks({notebook: built}, submitted, release, self.timeout,
+                                          self.cell_timeout)[notebook], full
         resources.setdefault("course", {})["pending"] = started
         return nb, resources
 

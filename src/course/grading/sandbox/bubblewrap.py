@@ -70,7 +70,6 @@ class Sandbox:
     limits: Limits = field(default_factory=Limits)
     network: bool = False  # False: a private loopback only
     cgroup: Cgroup | None = None  # where root's processes are counted (see course.grading.sandbox.cgroup)
-    pid_1: bool = False  # the command is the sandbox's pid 1 (and bwrap's child): the grader signals it directly
 
     def command(self, argv: list[str]) -> list[str]:
         """The full command line: join the cgroup, set rlimits, then bwrap, then `argv` inside."""
@@ -98,8 +97,6 @@ class Sandbox:
         args = [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user", "--clearenv", "--cap-drop", "ALL"]
         if self.network:
             args.append("--share-net")
-        if self.pid_1:
-            args.append("--as-pid-1")
         # /tmp first, so that a course installed below /tmp (a clone there) is bound on top of it, not hidden.
         args += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         for folder in readable_folders():

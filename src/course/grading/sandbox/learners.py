@@ -31,6 +31,7 @@ from course.grading.sandbox.bubblewrap import WORKDIR, Limits, Sandbox, sandbox_
 
 RELEASE_INSIDE = "/course/release"
 WIRE_FD = "COURSE_WIRE_FD"
+CELL_SECONDS = "COURSE_CELL_SECONDS"
 
 
 class LearnerFailed(RuntimeError):
@@ -59,18 +60,16 @@ class Learner:
 
     @property
     def pid(self) -> int:
-        """The learner's own process (with a sandbox: bwrap's child, the sandbox's pid 1)."""
+        """The learner's own process: with a sandbox, bwrap's grandchild (bwrap's child is the
+        sandbox's pid 1, which reaps; the learner process is an ordinary process, pid 2)."""
         if self.sandbox is None:
             return self.process.pid
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                found = children.read_text().split()
-                if found:
-                    return int(found[0])
-            if self.process.poll() is not None:
-                return self.process.pid
+        while time.monotonic() < deadline and self.process.poll() is None:
+            init = _children(self.process.pid)
+            command = _children(init[0]) if init else []
+            if command:
+                return command[0]
             time.sleep(0.005)
         return self.process.pid
 
@@ -96,7 +95,7 @@ class Learner:
         return code
 
     def close(self) -> None:
-        """Kill it (and with pid 1, its whole sandbox), reap it, remove its cgroup."""
+        """Kill it and its whole sandbox, reap it, remove its cgroup."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -113,22 +112,24 @@ def layout(answers: frozenset[str], submitted: Path, release: Path, scratch: tup
     files.update({f"{RELEASE_INSIDE}/{p.name}": str(p) for p in sorted(Path(release).glob("*.ipynb"))})
     files.update(overlays(answers))
     host, inside = scratch
-    return Sandbox(files=files, writable={inside: str(host)}, pid_1=True,
+    return Sandbox(files=files, writable={inside: str(host)},
                    env={"COURSE_RELEASE": RELEASE_INSIDE, "TMPDIR": "/tmp"}, limits=Limits())
 
 
 def start(what: str, answers: frozenset[str], submitted: Path, release: Path, scratch: tuple[Path, str],
-          ready_within: float) -> tuple[Learner, socket.socket, list[dict]]:
+          cell_seconds: float) -> tuple[Learner, socket.socket, list[dict]]:
     """A learner process for `what` (a notebook, or `implementation`): (it, the judge's end of its
-    wire, its report on each cell). Waits `ready_within` seconds at most for the report."""
+    wire, its report on each cell). Each cell has `cell_seconds`; a process that does not report
+    within a few times that (its cells ignore the interrupt) is stopped."""
     ours, theirs = socket.socketpair()
     argv = [sys.executable, "-P", "-m", "course.grading.learner.process", what]
-    env = {WIRE_FD: str(theirs.fileno()), "COURSE_RELEASE": str(release)}
+    env = {WIRE_FD: str(theirs.fileno()), "COURSE_RELEASE": str(release), CELL_SECONDS: repr(float(cell_seconds))}
+    ready_within = max(30.0, 3 * cell_seconds)
     if sandbox_disabled():
         learner = Learner(None, argv, env, cwd=_copied(submitted, scratch[0]), wire_end=theirs)
     else:
         sandbox = layout(answers, submitted, release, scratch)
-        sandbox.env[WIRE_FD] = str(theirs.fileno())
+        sandbox.env.update({WIRE_FD: env[WIRE_FD], CELL_SECONDS: env[CELL_SECONDS]})
         learner = Learner(sandbox, argv, {}, wire_end=theirs)
     try:
         report = _ready(ours, learner, ready_within)
@@ -145,7 +146,9 @@ def _ready(sock: socket.socket, learner: Learner, within: float) -> list[dict]:
     message = wire.receive_message(sock)
     if not message or "ready" not in message:
         status = learner.status(2.0)
-        raise LearnerFailed(f"the process running your notebook ended before it reported (exit status {status})")
+        how = f"was killed (signal {status - 128})" if status and status > 128 else f"exited (status {status})"
+        raise LearnerFailed(f"the process running your notebook {how} before its cells had all run: a cell of "
+                            "yours ended it (os._exit, a signal, a crash), so nothing could be checked")
     return list(message["ready"])
 
 
@@ -168,3 +171,10 @@ def _copied(submitted: Path, scratch: Path) -> Path:
         for path in Path(submitted).glob("*.ipynb"):
             shutil.copy(path, folder / path.name)
     return folder
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
