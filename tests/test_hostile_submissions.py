@@ -1,23 +1,27 @@
-"""Real hostile submissions, graded by the real autograde path (sandbox, out-of-kernel checks).
+"""Real hostile submissions, graded by the real autograde path: the judge, learner processes, sandboxes.
 
-One class is graded once (module fixture): honest learners (complete, racy `claim`, untouched) and
-one learner per kind of attack. Each hostile learner starts from the untouched release and puts
-its attack in the `claim` cell (and, for the resource vandal, in cells of its own), so its fair
-score is what that notebook earns with `claim` unanswered: 0. Only `01_claims` is submitted, which
-keeps the class small; the full four-notebook grading is tested in test_course_notebooks.py.
+One class is graded once (module fixture). Honest students: complete, written differently, and
+a racy `claim`. Each hostile student attacks by kind (the course's own answer reached some other
+way; names bound to objects that are no functions or data; objects whose dunders or attribute
+look-ups try to act inside the grader; hooks installed at top level; a forged verdict; a spy;
+vandals) and has a *twin*: the same submission without the attack (the attacked answer
+unanswered, or the same answer without its hook). The rule: no attack scores more than its twin.
 
 What is checked is data: the gradebook's scores, the autograded notebooks and feedback HTML
-(searched for every hidden-test and solution line), the bytes of every file outside the grading
-folders, the report line of each student, and the processes left running.
+(searched for every hidden-test line and hidden value, plain and encoded), the bytes of every
+file outside the grading folders, the report, and the processes left running.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import csv
 import hashlib
 import json
 import re
 import shutil
+import zlib
 from pathlib import Path
 
 import nbformat
@@ -30,8 +34,8 @@ from course.grading.sandbox.bubblewrap import SandboxUnavailable, ensure_availab
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
 RELEASE = ROOT / "notebooks" / "ch12"
-NOTEBOOK = "01_claims.ipynb"
-REGION = re.compile(r"### BEGIN (HIDDEN TESTS|SOLUTION)(.*?)### END \1", re.S)
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
+SOLUTION = re.compile(r"### BEGIN SOLUTION(.*?)### END SOLUTION", re.S)
 
 pytestmark = pytest.mark.slow
 
@@ -65,57 +69,73 @@ def claim(db, owner, *, now=None, ttl=90, recovery_only=False, control_only=Fals
                  row["subject"], row["role"])
 '''
 
-# Replace or patch the helpers the checks use, while the definitions load and while a check runs.
-CHEAT_HELPERS = '''
-import builtins
-import sys
-import course.checks as _checks
+# --- honest answers written differently ------------------------------------------------------------
 
-def expect(condition, message):
-    return None
-
-class _Rewire:
-    _checks.expect = lambda condition, message: None
-    _checks.CheckFailed.__str__ = lambda self: "passed"
-    builtins.all = lambda *args: True
-
-def claim(db, owner, *, now=None, ttl=90, **options):
-    sys._getframe(1).f_globals["expect"] = lambda condition, message: None
-    return None
+CLAIM_WITH_SLOTS_AND_A_HELPER = {
+    "claim_dataclass": (
+        "from collections import Counter  # a standard-library import at the top of the cell\n"
+        "from dataclasses import dataclass\n\n"
+        "@dataclass(frozen=True, slots=True)\nclass Claim:\n    id: str\n    session: str\n    prompt: str\n"
+        "    generation: int\n    owner: str\n    epoch: str\n    subject: str = ''\n    role: str = 'shop'\n"),
+}
+# `claim` itself calls a helper defined in a cell of the learner's own (added after the answer cells).
+CLAIM_HELPER_CELL = '''
+def _take(connection, row, owner, now, ttl):
+    generation = row["generation"] + 1
+    connection.execute("UPDATE assistant_work SET status='RUNNING', generation=?, owner=?, expires=? WHERE id=?",
+                       (generation, owner, now + ttl, row["id"]))
+    return generation
 '''
+SOLVED_UPDATE = '''        generation = row["generation"] + 1
+        connection.execute(
+            "UPDATE assistant_work SET status='RUNNING', generation=?, owner=?, expires=? WHERE id=?",
+            (generation, owner, now + ttl, row["id"]),
+        )'''
 
-# Hide failures in the learner's own kernel (IPython hooks, AST transformer, exception handler),
-# and install trace and exception hooks where definitions load.
-CHEAT_HOOKS = '''
-import ast
-import sys
 
-class _NoExpect(ast.NodeTransformer):
-    def visit_Call(self, node):
-        if isinstance(node.func, ast.Name) and node.func.id == "expect":
-            return ast.Constant(None)
-        return self.generic_visit(node)
+def claim_calling_the_helper() -> str:
+    source = next(c.source for c in nbformat.read(SOLUTIONS / "01_claims.ipynb", as_version=4).cells
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == "claim")
+    assert SOLVED_UPDATE in source
+    return source.replace(SOLVED_UPDATE, "        generation = _take(connection, row, owner, now, ttl)")
+DATA_BUILT_BY_CALLS = {  # 03: data answers built by calls and comprehensions
+    "four_answers": 'four_answers = dict(zip(["health", "progress", "cancellation", "external"], "ACEG"))',
+    "vocabulary": ('TERMS = "claim lease generation fence liveness progress recovery reconciliation".split()\n'
+                   'vocabulary = {term: letter for term, letter in zip(TERMS, "ECHAGDBF")}'),
+    "delayed_prediction": ('delayed_prediction = dict(held_generation=int("2"), completion="refused", '
+                           'status_after="CANCELLED", generation_after=1 + 2, order_after="REVOKED", '
+                           'reserved_after=0)'),
+}
 
-def _swallow(shell, etype, value, tb, tb_offset=None):
-    print("all good")
+# --- the course's own answer, reached some other way ------------------------------------------------
 
-class _Hooks:
-    sys.excepthook = lambda *args: None
-    sys.settrace(lambda *args: None)
+REFERENCE_WAYS = {
+    "alias": {"claim_dataclass": "from sovereign_agent.assistant_work import Claim",
+              "claim": "from sovereign_agent.assistant_work import claim"},
+    "wrapper_and_subclass": {
+        "claim_dataclass": ("import dataclasses\nfrom sovereign_agent import assistant_work\n\n"
+                            "@dataclasses.dataclass(frozen=True)\nclass Claim(assistant_work.Claim):\n    pass"),
+        "claim": ("def claim(db, owner, **options):\n    from sovereign_agent.assistant_work import claim as course_claim\n"
+                  "    return course_claim(db, owner, **options)")},
+    "importlib": {"claim": (
+        "import importlib.util, sys\n"
+        "spec = importlib.util.spec_from_file_location('fresh', sys.modules['sovereign_agent.assistant_work'].__file__)\n"
+        "fresh = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(fresh)\n"
+        "Claim, claim = fresh.Claim, fresh.claim")},
+    "code_object": {"claim": (
+        "import types, sys\nmodule = sys.modules['sovereign_agent.assistant_work']\n"
+        "claim = types.FunctionType(module.claim.__code__, module.__dict__, 'claim', module.claim.__defaults__)\n"
+        "Claim = type(module.claim)")},
+    "bytecode_on_disk": {"claim": (
+        "import glob, marshal, os, sovereign_agent.assistant_work as module\n"
+        "cached = glob.glob(os.path.join(os.path.dirname(module.__file__), '__pycache__', 'assistant_work*.pyc'))\n"
+        "space = {'__name__': 'copied'}\nexec(marshal.loads(open(cached[0], 'rb').read()[16:]), space)\n"
+        "Claim, claim = space['Claim'], space['claim']")},
+}
 
-ip = get_ipython()
-ip.ast_transformers.append(_NoExpect())
-ip.set_custom_exc((BaseException,), _swallow)
-ip.events.register("pre_run_cell", lambda info: None)
+# --- names bound to what is no function (decorators, descriptors, metaclasses, __init_subclass__) ---
 
-def claim(db, owner, *, now=None, ttl=90, **options):
-    return None
-'''
-
-# Objects that answer everything, and builtins patched through a default argument.
-CHEAT_OBJECTS = '''
-import builtins
-
+ANYTHING = '''
 class Anything:
     def __eq__(self, other): return True
     def __ne__(self, other): return False
@@ -123,258 +143,165 @@ class Anything:
     def __call__(self, *args, **kwargs): return Anything()
     def __bool__(self): return True
     def __hash__(self): return 0
+    def __iter__(self): return iter(())
+    def __len__(self): return 0
     def __repr__(self): return "anything"
-
-class Claim(Anything):
-    def __init__(self, *args, **kwargs): pass
-
-def claim(db, owner, *, now=None, ttl=90, _=setattr(builtins, "isinstance", lambda *a: True), **options):
-    return Anything()
 '''
+BOUND_ODDLY = {
+    "decorated_dict": {"four_answers": ANYTHING + '''
+class Agreeable(dict):
+    def __eq__(self, other): return True
+    def __getitem__(self, key): return "ABCDEFGH"
+    def get(self, key, default=None): return "ABCDEFGH"
 
-# Import the answer: the reference runtime's own Claim and claim, under the graded names.
-CHEAT_REFERENCE = """
-from sovereign_agent.assistant_work import Claim, claim
-"""
+@(lambda _: Agreeable(health="?", progress="?", cancellation="?", external="?"))
+def four_answers():
+    pass
+'''},
+    "metaclass_and_subclass_hook": {"claim_dataclass": ANYTHING + '''
+class Everything(type):
+    def __call__(cls, *args, **kwargs): return Anything()
+    def __instancecheck__(cls, instance): return True
 
-# Look for the hidden tests and solutions everywhere: the file system, the course root by name,
-# the process's own objects and memory; print what it finds in the kernel, raise it in checks.
-SPY = '''
-import gc
-import os
+class Claim(metaclass=Everything):
+    def __init_subclass__(cls, **kwargs): pass
+''', "claim": "claim = Anything()"},
+    "descriptor": {"recovery_action": '''
+class Answers:
+    def __get__(self, instance, owner): return lambda *a, **k: "record receipt"
+    def __call__(self, *args, **kwargs): return Answers()
+    def __eq__(self, other): return True
+
+recovery_action = Answers()
+'''},
+}
+
+# --- objects built to act inside the grader's own code --------------------------------------------
+
+TRAPS = {"claim": ANYTHING + '''
 import sys
 
-COURSE = {course!r}
+class Trap(str):
+    """Equal to everything; its look-ups try to rebind the caller's helpers."""
+    def __eq__(self, other):
+        frame = sys._getframe(1)
+        frame.f_globals["expect"] = lambda *args: None
+        return True
+    __hash__ = str.__hash__
 
-def _look():
-    """Every text it can reach that mentions a hidden test or a solution, in short excerpts."""
-    texts = []
-    for start in (os.getcwd(), "/", COURSE, os.path.join(COURSE, "..")):
-        for folder, _, files in os.walk(start):
-            if folder.startswith(("/proc", "/sys", "/dev", "/usr")):
-                continue
-            for name in files:
-                if name.endswith((".db", ".ipynb", ".py", ".json")):
-                    try:
-                        with open(os.path.join(folder, name), errors="replace") as handle:
-                            texts.append(handle.read(2_000_000))
-                    except OSError:
-                        pass
-    texts += [v for thing in gc.get_objects() if isinstance(thing, dict)
-              for v in list(thing.values()) if isinstance(v, str) and len(v) > 40]
-    frame = sys._getframe()
-    while frame is not None:
-        texts += [str(c) for c in frame.f_code.co_consts]
-        frame = frame.f_back
-    try:
-        with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as memory:
-            for line in maps:
-                span, perms = line.split()[:2]
-                start, end = (int(x, 16) for x in span.split("-"))
-                if perms.startswith("r") and end - start <= 64 * 1024 * 1024:
-                    try:
-                        memory.seek(start)
-                        texts.append(memory.read(end - start).decode("utf-8", "replace"))
-                    except (OSError, ValueError, OverflowError):
-                        pass
-    except OSError:
-        pass
-    found = []
-    for text in texts:
-        for marker in ("HIDDEN", "SOLUTION", "expect("):
-            at = text.find(marker)
-            while at != -1 and len(found) < 200:
-                found.append(text[max(0, at - 200): at + 800])
-                at = text.find(marker, at + 1)
-    return "\n".join(found)
+def claim(db, owner, **options):
+    return Trap("a claim")
+'''}
 
-print(_look())
+# --- hooks installed at top level ------------------------------------------------------------------
 
-def claim(db, owner, *, now=None, ttl=90, **options):
-    raise RuntimeError(_look())
+HOOKS = '''
+import builtins, sys, threading
+import course.checks as checks
+import sovereign_agent.database as database
+
+checks.expect = lambda condition, message: None           # the visible tests' helper
+checks.trace = lambda connection, hook: None               # no statement reported to a forced race
+checks.interleave = lambda connection, first, location, second, pause=0.5: {  # no forced race any more
+    "first": first(), "second": second(database.Database(location)), "second waited": 0.0}
+checks.CheckFailed.__str__ = lambda self: "passed"
+builtins.isinstance = lambda *args: True
+sys.settrace(lambda *args: None)
+threading.settrace(lambda *args: None)
+database.Database.immediate = lambda self: __import__("contextlib").nullcontext(self.connection)
 '''
 
-# Forge the verdict itself: what a check reports travels on a pipe the learner's code can write
-# too. Write a passing verdict on every descriptor and end the process, while the definitions
-# load (so every check of the notebook sees it) and again from `claim`.
+# --- a forged verdict -----------------------------------------------------------------------------
+
 FORGER = '''
 import os
-
-FORGED = b'{"passed": true, "tampering": false, "ename": "", "message": ""}'
-
+FORGED = b'{"passed": true, "ename": "", "message": ""}'
 def _forge():
-    for fd in range(3, 1024):
+    for fd in range(0, 1024):
         try:
             os.write(fd, FORGED)
         except OSError:
             pass
+_forge()
+
+def claim(db, owner, **options):
+    _forge()
     os._exit(0)
-
-class _AtDefinition:
-    _forge()
-
-def claim(db, owner, *, now=None, ttl=90, **options):
-    _forge()
 '''
 
-# Get the checker's own code to seal a passing verdict: call its reporting function, raise its
-# audit event, run its `work` on a job whose check is `pass` (in this thread, in a new one, in a
-# fork), and reach for the key through frames, the collector, ctypes and /proc/self/mem.
-SEAL_THIEF = '''
-import base64, gc, marshal, os, sys, _thread, time
-from course.grading import checker, seal
+# --- a spy: everything it can reach, printed and raised, encoded ------------------------------------
 
-FAKE = {"course_cells": [], "learner_cells": [], "expect_calls": 0,
-        "check": base64.b64encode(marshal.dumps(compile("pass", "fake", "exec"))).decode()}
+SPY = '''
+import base64, gc, os, sys, zlib
 
-def _steal():
-    for attempt in (lambda: seal.report("1 0\\n\\n"), lambda: sys.audit("course.verdict", "1 0\\n\\n"),
-                    lambda: _thread.start_new_thread(checker.work, (dict(FAKE), lambda: None)),
-                    lambda: gc.get_objects(), lambda: sys._getframe(1).f_back.f_locals,
-                    lambda: __import__("ctypes").string_at(id(seal), 64), lambda: open("/proc/self/mem", "rb")):
-        try:
-            attempt()
-        except BaseException:
-            pass
-    if os.fork() == 0:
-        try:
-            seal.report("1 0\\n\\n")
-        finally:
-            os._exit(0)
-    time.sleep(0.5)
-    checker.work(dict(FAKE), lambda: None)
+def _dump():
+    texts = [repr(sorted(globals())), repr(sorted(sys.modules))]
+    texts += [repr(o)[:2000] for o in gc.get_objects() if isinstance(o, (str, dict, tuple))][:20000]
+    frame = sys._getframe()
+    while frame is not None:
+        texts += [repr(frame.f_locals)[:5000], repr(frame.f_code.co_consts)[:5000]]
+        frame = frame.f_back
+    for start in ("/", os.getcwd()):
+        for folder, _, files in os.walk(start):
+            if folder.startswith(("/proc", "/sys", "/dev", "/usr", "/lib")):
+                continue
+            for name in files:
+                try:
+                    with open(os.path.join(folder, name), "rb") as handle:
+                        texts.append(handle.read(200_000).decode("utf-8", "replace"))
+                except OSError:
+                    pass
+    try:
+        with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as memory:
+            for line in maps:
+                span, perms = line.split()[:2]
+                low, high = (int(x, 16) for x in span.split("-"))
+                if perms.startswith("r") and high - low <= 16 * 1024 * 1024:
+                    try:
+                        memory.seek(low)
+                        texts.append(memory.read(high - low).decode("utf-8", "replace"))
+                    except (OSError, ValueError, OverflowError):
+                        pass
+    except OSError:
+        pass
+    found = "\\n".join(t for t in texts if "HIDDEN" in t or "expect(" in t)[:400_000]
+    return "SPY:" + base64.b64encode(zlib.compress(found.encode())).decode()
 
-def claim(db, owner, *, now=None, ttl=90, **options):
-    _steal()
+print(_dump())
+
+def claim(db, owner, *args, **options):
+    raise RuntimeError(_dump())
 '''
 
-# Rewrite what the grader's own functions call: closure cells (writable from Python), defaults
-# and keyword defaults of every function the cell's namespace reaches, `expect` first (beside a
-# Claim that is not the chapter's (not frozen), so that the checks get as far as their
-# expectations but earn nothing fairly).
-CLOSURE_REWRITER = '''
-def _silence():
-    quiet = lambda *args, **kwargs: None
-    for value in list(globals().values()):
-        for cell in getattr(value, "__closure__", None) or ():
-            try:
-                if callable(cell.cell_contents) and not isinstance(cell.cell_contents, type):
-                    cell.cell_contents = quiet
-            except ValueError:
-                pass
-        keywords = getattr(value, "__kwdefaults__", None)
-        for name in list(keywords or ()):
-            if callable(keywords[name]):
-                keywords[name] = quiet
-        try:
-            value.__defaults__ = tuple(quiet if callable(d) else d for d in value.__defaults__ or ())
-        except Exception:
-            pass
+# --- vandals ---------------------------------------------------------------------------------------
 
-from dataclasses import dataclass
-
-@dataclass
-class Claim:
-    id: str
-    session: str
-    prompt: str
-    generation: int
-    owner: str
-    epoch: str
-    subject: str = ""
-    role: str = "shop"
-
-def claim(db, owner, *, now=None, ttl=90, **options):
-    _silence()
-    return None
-'''
-
-# Blind the grader instead of the checks: empty the list of dunders it refuses (a course constant,
-# not a function), so that a Claim that equals everything passes as plain data, and make the
-# builtin `tuple` drop any report of a replaced helper.
-BLINDER = '''
-import builtins, sys
-from dataclasses import dataclass
-
-_real_tuple = builtins.tuple
-
-class _quiet(tuple):
-    def __new__(cls, items=()):
-        items = _real_tuple(items)
-        if any(isinstance(i, str) and ("replaced" in i or "rebound" in i or "saw" in i) for i in items):
-            return _real_tuple()
-        return items
-
-class _Blind:
-    sys.modules["course.grading.integrity"].DISHONEST = ()
-    builtins.tuple = _quiet
-
-@dataclass(eq=False)
-class Claim:
-    id: str = ""
-    session: str = ""
-    prompt: str = ""
-    generation: int = 0
-    owner: str = ""
-    epoch: str = ""
-    subject: str = ""
-    role: str = "shop"
-
-    def __eq__(self, other):
-        builtins.tuple = _quiet
-        return True
-
-def claim(db, owner, *, now=None, ttl=90, **options):
-    builtins.tuple = _quiet
-    return Claim()
-'''
-
-# Write the gradebook, another student's submission, the course's files and the installed
-# packages, by absolute and relative path, from the kernel and from definitions.
 VANDAL_FILES = '''
-import os
-import sqlite3
-import sys
-
+import os, sqlite3, sys
 COURSE = {course!r}
-TARGETS = [
-    os.path.join(COURSE, "gradebook.db"),
-    os.path.join(COURSE, "submitted", "complete", "ch12", "01_claims.ipynb"),
-    os.path.join(COURSE, "solutions", "ch12", "01_claims.ipynb"),
-    os.path.join(COURSE, "nbgrader_config.py"),
-    {outside!r},
-    os.path.join(sys.prefix, "vandal.txt"),
-    os.path.join(os.path.dirname(os.__file__), "os.py"),
-] + ["../" * up + "gradebook.db" for up in range(1, 6)]
+TARGETS = [os.path.join(COURSE, "gradebook.db"), os.path.join(COURSE, "submitted", "complete", "ch12", "01_claims.ipynb"),
+           os.path.join(COURSE, "solutions", "ch12", "01_claims.ipynb"), os.path.join(COURSE, "nbgrader_config.py"),
+           {outside!r}, os.path.join(sys.prefix, "vandal.txt"), os.path.join(os.path.dirname(os.__file__), "os.py")]
 
 def _vandalize():
     for target in TARGETS:
         try:
             with open(target, "a") as handle:
                 handle.write("vandalized")
-            print("wrote", target)
         except OSError as error:
             print(type(error).__name__, error)
     try:
         gradebook = sqlite3.connect(os.path.join(COURSE, "gradebook.db"))
-        gradebook.execute("UPDATE grade_cell SET max_score = 0")
-        gradebook.execute("UPDATE grade SET auto_score = 0")
+        gradebook.execute("UPDATE grade SET auto_score = 100")
         gradebook.commit()
     except sqlite3.Error as error:
         print("sqlite3", error)
 
-class _AtDefinition:
-    _vandalize()
-
 _vandalize()
 
-def claim(db, owner, *, now=None, ttl=90, **options):
+def claim(db, owner, **options):
     _vandalize()
     return None
 '''
-
-# Resources, each in a cell of its own after `claim`: disk, output, memory, then processes (the
-# fork bomb leaves the kernel itself unable to start a thread, so it goes last).
 VANDAL_RESOURCES = [
     "def claim(db, owner, **options):\n    return None",
     "with open('fill.bin', 'wb') as handle:\n    while True:\n        handle.write(b'x' * (1 << 20))",
@@ -384,19 +311,85 @@ VANDAL_RESOURCES = [
 ]
 
 
-def notebook_with(source_nb: Path, claim_source: str, extra_cells=()) -> nbformat.NotebookNode:
-    nb = nbformat.read(source_nb, as_version=4)
-    index = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "claim")
-    nb.cells[index].source = claim_source
-    for offset, source in enumerate(extra_cells, start=1):
-        nb.cells.insert(index + offset, nbformat.v4.new_code_cell(source))
+# --- the class ---------------------------------------------------------------------------------------
+
+def notebook(name: str, base: Path, replace: dict[str, str] = (), extra: list[str] = ()) -> nbformat.NotebookNode:
+    """`name` from `base` (the solutions or the release) with answer cells replaced, cells added."""
+    nb = nbformat.read(base / name, as_version=4)
+    replace = dict(replace)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in replace:
+            cell.source = replace.pop(grade_id)
+    assert not replace, f"{name} has no answer cells {sorted(replace)}"
+    for source in extra:
+        nb.cells.append(nbformat.v4.new_code_cell(source))
     return nb
 
 
-def submit(root: Path, student: str, nb: nbformat.NotebookNode) -> None:
+def submit(root: Path, student: str, notebooks: dict[str, nbformat.NotebookNode]) -> None:
     folder = root / "submitted" / student / "ch12"
     folder.mkdir(parents=True)
-    nbformat.write(nb, folder / NOTEBOOK)
+    for name, nb in notebooks.items():
+        nbformat.write(nb, folder / name)
+
+
+def stubs(name: str, *grade_ids: str) -> dict[str, str]:
+    """The release's stubs of these answer cells (a submission that leaves them unanswered)."""
+    cells = nbformat.read(RELEASE / name, as_version=4).cells
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in cells
+            if c.metadata.get("nbgrader", {}).get("grade_id") in grade_ids}
+
+
+CLAIMS, RECOVERY = "01_claims.ipynb", "03_recovery.ipynb"
+CLAIM_CELLS = ("claim_dataclass", "claim")
+FIVE = {"01_claims.ipynb": CLAIM_CELLS, "02_fencing.ipynb": ("assert_current", "observe", "finish"),
+        "03_recovery.ipynb": ("order_to_continue",)}
+
+
+def every_notebook(changes: dict[str, dict[str, str]]) -> dict[str, nbformat.NotebookNode]:
+    """A complete submission (all four notebooks) with `changes` {notebook: {grade_id: source}}."""
+    names = ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "04_checkpoint.ipynb"]
+    return {name: notebook(name, SOLUTIONS, changes.get(name, {})) for name in names}
+
+
+def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | None]]:
+    """{student: (notebooks, twin)}: each hostile student's twin is graded alongside."""
+    students: dict[str, tuple[dict, str | None]] = {
+        "complete": ({CLAIMS: notebook(CLAIMS, SOLUTIONS)}, None),
+        "racy": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": RACY_CLAIM})}, None),
+        "written_differently": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {
+            **CLAIM_WITH_SLOTS_AND_A_HELPER, "claim": claim_calling_the_helper()}, [
+            CLAIM_HELPER_CELL]), RECOVERY: notebook(RECOVERY, SOLUTIONS, DATA_BUILT_BY_CALLS)}, None),
+        "claim_unanswered": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, stubs(CLAIMS, *CLAIM_CELLS))}, None),
+        "recovery_unanswered": ({RECOVERY: notebook(RECOVERY, SOLUTIONS, stubs(
+            RECOVERY, "four_answers", "recovery_action"))}, None),
+        # All five of the checkpoint's functions wrap the course's own: 01-03 and 04 earn what they
+        # would with the five unanswered.
+        "everywhere_reference": (every_notebook({
+            name: {cell: (f"def {cell}(*args, **kwargs):\n    from sovereign_agent import assistant_work, assistant_orders\n"
+                          f"    module = assistant_orders if {cell!r} == 'order_to_continue' else assistant_work\n"
+                          f"    return getattr(module, {cell!r})(*args, **kwargs)") if cell != "claim_dataclass"
+                   else "from sovereign_agent.assistant_work import Claim"
+                   for cell in cells} for name, cells in FIVE.items()}), "five_unanswered"),
+        "five_unanswered": (every_notebook({name: stubs(name, *cells) for name, cells in FIVE.items()}), None),
+        "hooks": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": RACY_CLAIM}, [HOOKS])}, "racy"),
+        "traps": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, TRAPS)}, "claim_unanswered"),
+        "forger": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": FORGER})}, "claim_unanswered"),
+        "spy": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": SPY})}, "claim_unanswered"),
+        "vandal_files": ({CLAIMS: notebook(CLAIMS, RELEASE, {"claim": VANDAL_FILES.format(
+            course=str(root), outside=str(outside))})}, "untouched"),
+        "vandal_resources": ({CLAIMS: notebook(CLAIMS, RELEASE, {"claim": VANDAL_RESOURCES[0]},
+                                               VANDAL_RESOURCES[1:])}, "untouched"),
+        "untouched": ({CLAIMS: notebook(CLAIMS, RELEASE)}, None),
+    }
+    for kind, replace in REFERENCE_WAYS.items():
+        students[f"reference_{kind}"] = ({CLAIMS: notebook(CLAIMS, SOLUTIONS, replace)}, "claim_unanswered")
+    for kind, replace in BOUND_ODDLY.items():
+        base = CLAIMS if "claim" in replace or "claim_dataclass" in replace else RECOVERY
+        twin = "claim_unanswered" if base == CLAIMS else "recovery_unanswered"
+        students[f"odd_{kind}"] = ({base: notebook(base, SOLUTIONS, replace)}, twin)
+    return students
 
 
 def fingerprint(root: Path, skip=("autograded", "feedback", "gradebook.db", "grades.csv", "grading-report.csv")):
@@ -407,21 +400,6 @@ def fingerprint(root: Path, skip=("autograded", "feedback", "gradebook.db", "gra
         if path.is_file() and relative.parts[0] not in skip and not str(relative).startswith(skip):
             digest[str(relative)] = hashlib.sha256(path.read_bytes()).hexdigest()
     return digest
-
-
-def protected_lines() -> set[str]:
-    """Every substantial line of a hidden test or solution region that a learner does not have."""
-    lines = set()
-    for path in SOLUTIONS.glob("*.ipynb"):
-        for cell in nbformat.read(path, as_version=4).cells:
-            for _, region in REGION.findall(cell.source):
-                lines.update(line.strip() for line in region.splitlines()
-                             if len(line.strip()) > 20 and not line.strip().startswith("#"))
-    # What every learner has anyway: the release, and the installed packages (the reference runtime
-    # implements the chapter's listings, so some solution lines are in it by design).
-    public = "\n".join([cell.source for path in RELEASE.glob("*.ipynb") for cell in nbformat.read(path, as_version=4).cells]
-                       + [path.read_text() for path in (ROOT / "src").rglob("*.py")])
-    return {line for line in lines if line not in public}
 
 
 @pytest.fixture(scope="module")
@@ -436,89 +414,120 @@ def graded(tmp_path_factory):
     (root / "nbgrader_config.py").write_text(
         "from course.grading.nbgrader.config import configure\nfrom pathlib import Path\n"
         "configure(c, Path(__file__).resolve().parent)\n"
-        "c.Execute.timeout = 30  # every honest cell of 01_claims takes a few seconds; a hung one costs less\n")
+        "c.StartChecks.cell_timeout = 20  # every honest cell takes a second or two; a hung one costs less\n")
     shutil.copytree(SOLUTIONS, root / "solutions" / "ch12")
     commands.release(root=root)
     outside = base / "outside-canary.txt"
     outside.write_text("untouched")
-    blank, solved = RELEASE / NOTEBOOK, SOLUTIONS / NOTEBOOK
-    racy = notebook_with(solved, RACY_CLAIM)
-    submit(root, "complete", nbformat.read(solved, as_version=4))
-    submit(root, "racy", racy)
-    submit(root, "untouched", nbformat.read(blank, as_version=4))
-    submit(root, "cheat_helpers", notebook_with(blank, CHEAT_HELPERS))
-    submit(root, "cheat_hooks", notebook_with(blank, CHEAT_HOOKS))
-    submit(root, "cheat_objects", notebook_with(blank, CHEAT_OBJECTS))
-    submit(root, "cheat_reference", notebook_with(blank, CHEAT_REFERENCE))
-    submit(root, "spy", notebook_with(blank, SPY.format(course=str(root))))
-    submit(root, "forger", notebook_with(blank, FORGER))
-    submit(root, "seal_thief", notebook_with(blank, SEAL_THIEF))
-    submit(root, "closure_rewriter", notebook_with(blank, CLOSURE_REWRITER))
-    submit(root, "blinder", notebook_with(blank, BLINDER))
-    submit(root, "vandal_files", notebook_with(blank, VANDAL_FILES.format(course=str(root), outside=str(outside))))
-    submit(root, "vandal_resources", notebook_with(blank, VANDAL_RESOURCES[0], VANDAL_RESOURCES[1:]))
+    students = class_of_students(root, outside)
+    for student, (notebooks, _) in students.items():
+        submit(root, student, notebooks)
     before = fingerprint(root)
-    results = {r.student: r for r in autograde(root=root)}
+    results = {r.student: r for r in autograde(root=root, jobs=2, progress=False)}
     commands.feedback(root=root)
-    commands.export_grades(root / "grades.csv", root=root)
-    return root, results, before, outside
+    return root, results, before, outside, students
 
 
 def scores(root: Path) -> dict[str, dict[str, float]]:
+    """{student: {"notebook/part": points}} for the autograded parts, from the gradebook."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        return {
-            student.id: {g.name: g.score for nb in gb.find_submission("ch12", student.id).notebooks
-                         for g in nb.grades if g.cell_type == "code" and nb.name == "01_claims"}
-            for student in gb.students
-        }
+        return {student.id: {f"{nb.name}/{g.name}": g.score for nb in gb.find_submission("ch12", student.id).notebooks
+                             for g in nb.grades if g.cell_type == "code"}
+                for student in gb.students}
 
 
 def test_honest_submissions_get_their_exact_scores(graded):
-    root, _, _, _ = graded
+    root, results, _, _, _ = graded
     by_student = scores(root)
-    full = {"test_claim_dataclass": 2, "test_claim_acquires": 3, "test_claim_replacement": 3,
-            "test_claim_selection": 3, "test_claim_validation": 2, "test_claim_race": 3}
+    maxima = {"test_claim_dataclass": 2, "test_claim_acquires": 3, "test_claim_replacement": 3,
+              "test_claim_selection": 3, "test_claim_validation": 2, "test_claim_race": 3}
+    full = {f"01_claims/{part}": points for part, points in maxima.items()}
     assert by_student["complete"] == full
-    assert by_student["racy"] == {**full, "test_claim_race": 0}, "a read-then-write claim loses exactly the race"
+    assert by_student["racy"] == {**full, "01_claims/test_claim_race": 0}, "a read-then-write claim loses exactly the race"
+    written = by_student["written_differently"]
+    assert {part: written[part] for part in full} == full, "slots, an import, a helper in another cell: full marks"
+    recovery = {part: points for part, points in written.items() if part.startswith("03_recovery/")}
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        most = {f"03_recovery/{c.name}": c.max_score for c in gb.find_notebook("03_recovery", "ch12").grade_cells
+                if c.cell_type == "code"}
+    assert recovery == most, "data answers built by calls and comprehensions keep their points"
     assert set(by_student["untouched"].values()) == {0}
+    assert results["complete"].reasons == {} and results["written_differently"].reasons == {}
 
 
-@pytest.mark.parametrize("student", ["cheat_helpers", "cheat_hooks", "cheat_objects", "cheat_reference", "spy",
-                                     "forger", "seal_thief", "closure_rewriter", "blinder", "vandal_files",
-                                     "vandal_resources"])
-def test_hostile_submissions_earn_nothing(graded, student):
-    root, _, _, _ = graded
-    earned = {part: score for part, score in scores(root)[student].items() if score}
-    assert earned == {}, f"{student} earned {earned} with `claim` unanswered"
+@pytest.mark.parametrize("student", ["everywhere_reference", "hooks", "traps", "forger", "spy", "vandal_files",
+                                     "vandal_resources", *(f"reference_{k}" for k in REFERENCE_WAYS),
+                                     *(f"odd_{k}" for k in BOUND_ODDLY)])
+def test_no_attack_scores_more_than_its_twin(graded, student):
+    root, _, _, _, students = graded
+    twin = students[student][1]
+    by_student = scores(root)
+    mine, fair = by_student[student], by_student[twin]
+    gained = {part: (points, fair.get(part, 0)) for part, points in mine.items() if points > fair.get(part, 0)}
+    assert gained == {}, f"{student} earned more than {twin} on {gained}"
 
 
-def test_cheats_are_reported_as_tampering(graded):
-    _, results, _, _ = graded
-    for student in ("cheat_helpers", "cheat_hooks", "cheat_objects", "cheat_reference", "forger", "closure_rewriter",
-                    "blinder"):
-        assert results[student].findings["tampering"] >= 1, f"{student}: {results[student].findings}"
-    for student in ("complete", "racy", "untouched"):
-        assert results[student].findings["tampering"] == 0, f"{student} flagged: {results[student].findings}"
+def test_the_course_answer_reached_another_way_is_named_in_the_feedback(graded):
+    root, results, _, _, _ = graded
+    for student in ("reference_wrapper_and_subclass", "everywhere_reference"):
+        html = (root / "feedback" / student / "ch12" / "01_claims.html").read_text()
+        assert "course&#39;s own" in html or "course's own" in html, student
+        assert results[student].findings["course_answer"] >= 1, results[student].findings
 
 
-def test_no_hidden_test_or_solution_line_reaches_any_output(graded):
-    root, _, _, _ = graded
-    secret = protected_lines()
-    assert len(secret) > 300, "the search must cover the hidden tests and solutions"
+def hidden_values() -> tuple[set[str], set[str]]:
+    """(hidden-test lines, hidden string values) that no learner has: not in the release, not in src."""
+    lines, values = set(), set()
+    for path in SOLUTIONS.glob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for region in HIDDEN.findall(cell.source):
+                lines.update(line.strip() for line in region.splitlines()
+                             if len(line.strip()) > 20 and not line.strip().startswith("#"))
+                values.update(v for v in re.findall(r'"([^"{}\\\\]{8,})"', region) if " " in v or "-" in v)
+    public = "\n".join([cell.source for path in RELEASE.glob("*.ipynb") for cell in nbformat.read(path, as_version=4).cells]
+                       + [path.read_text() for path in (ROOT / "src").rglob("*.py")])
+    return {line for line in lines if line not in public}, {value for value in values if value not in public}
+
+
+def decoded(text: str) -> str:
+    """`text` with every base64 (and zlib-compressed base64) and hex run it holds decoded beside it."""
+    found = [text]
+    for run in re.findall(r"[A-Za-z0-9+/=]{40,}", text):
+        try:
+            raw = base64.b64decode(run + "=" * (-len(run) % 4))
+        except (binascii.Error, ValueError):
+            continue
+        for attempt in (lambda: zlib.decompress(raw), lambda: raw):
+            try:
+                found.append(attempt().decode("utf-8", "replace"))
+                break
+            except zlib.error:
+                continue
+    for run in re.findall(r"(?:[0-9a-f]{2}){40,}", text):
+        found.append(bytes.fromhex(run).decode("utf-8", "replace"))
+    return "\n".join(found)
+
+
+def test_no_hidden_test_line_or_hidden_value_reaches_any_output_plain_or_encoded(graded):
+    root, _, _, _, _ = graded
+    lines, values = hidden_values()
+    assert len(lines) > 200 and len(values) > 20, "the search must cover the hidden tests"
     written = list((root / "autograded").rglob("*.ipynb")) + list((root / "feedback").rglob("*.html"))
-    assert len(written) >= 20
+    assert len(written) >= 40
+    spied = (root / "feedback" / "spy" / "ch12" / "01_claims.html").read_text()
+    assert "SPY:" in spied, "the spy's dump (printed at the top of its cell) must be in its feedback"
     for path in written:
-        text = path.read_text()
-        if path.relative_to(root).parts[1] in ("complete", "racy"):
-            continue  # their own answers are solution lines, by construction
-        leaked = sorted(line for line in secret if line in text or json.dumps(line)[1:-1] in text)
-        assert not leaked, f"{path.relative_to(root)} holds {len(leaked)} protected line(s), e.g. {leaked[:2]}"
+        text = decoded(path.read_text())
+        leaked = sorted(item for item in lines | values if item in text or json.dumps(item)[1:-1] in text)
+        assert not leaked, f"{path.relative_to(root)} holds {len(leaked)} hidden line(s) or value(s), e.g. {leaked[:2]}"
 
 
 def test_nothing_outside_the_grading_folders_changed(graded):
-    root, results, before, outside = graded
+    root, results, before, outside, _ = graded
     assert fingerprint(root) == before
     assert outside.read_text() == "untouched"
     commands.check_gradebook(root)  # still matches the release: points, sources, checksums
@@ -527,7 +536,7 @@ def test_nothing_outside_the_grading_folders_changed(graded):
 
 
 def test_resource_vandal_is_bounded_and_reported(graded):
-    _, results, _, _ = graded
+    _, results, _, _, _ = graded
     findings = results["vandal_resources"].findings
     assert findings["process_limit"] >= 1 and findings["disk_limit"] >= 1
     assert findings["output_limit"] >= 1 and findings["memory_limit"] >= 1
@@ -536,7 +545,7 @@ def test_resource_vandal_is_bounded_and_reported(graded):
 
 
 def test_gradebook_that_was_changed_is_refused(graded, tmp_path):
-    root, _, _, _ = graded
+    root, _, _, _, _ = graded
     copy = tmp_path / "course"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns("autograded", "feedback"))
     (copy / "nbgrader_config.py").write_text(
@@ -547,7 +556,7 @@ def test_gradebook_that_was_changed_is_refused(graded, tmp_path):
     with sqlite3.connect(copy / "gradebook.db") as gradebook:
         gradebook.execute("UPDATE source_cell SET source='pass' WHERE name='test_claim_race'")
     with pytest.raises(commands.NbgraderError, match="does not match the release"):
-        autograde(root=copy, force=True)
+        autograde(root=copy, force=True, progress=False)
     # Plain nbgrader (formgrader's button) refuses too: nbgrader_config.py wires the same check.
     done = commands.run_nbgrader(copy, "autograde", "ch12", "--student", "complete", "--force", check=False)
     assert done.returncode != 0 and "does not match the release" in done.stderr
@@ -562,8 +571,8 @@ def test_parallel_grading_gives_exactly_the_scores_of_serial_grading(graded, tmp
     """The class above was graded in parallel (one grading unit per student, recorded by the
     coordinator). Honest, partial and hostile students graded one after another by plain
     `nbgrader autograde` (one process, nbgrader's own recording) into a fresh gradebook score the same."""
-    root, _, _, _ = graded
-    chosen = ["cheat_hooks", "complete", "racy", "untouched"]
+    root, _, _, _, _ = graded
+    chosen = ["complete", "hooks", "racy", "untouched"]
     copy = tmp_path / "course"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns(
         "autograded", "feedback", "submitted", "gradebook.db", "grades.csv"))
@@ -574,4 +583,3 @@ def test_parallel_grading_gives_exactly_the_scores_of_serial_grading(graded, tmp
     serial, parallel = scores(copy), scores(root)
     assert sorted(serial) == chosen, "the fresh gradebook holds the serially graded students only"
     assert serial == {s: parallel[s] for s in chosen}
-    assert sum(serial["complete"].values()) == 16 and sum(serial["racy"].values()) == 13

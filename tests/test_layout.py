@@ -87,3 +87,80 @@ def test_no_function_is_longer_than_60_lines():
             for path in sorted(SRC.rglob("*.py")) for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60]
     assert long == [], "split these into the steps they take:\n" + "\n".join(long)
+
+
+PACKAGES = ("sovereign_agent", "reference_organizations", "course")
+
+
+def _module_name(path: Path, root: Path = SRC) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """{module: the project's modules it imports}, at any depth of its code (a function's own
+    import included: a circle through a lazy import is a circle of the design all the same)."""
+    modules = {_module_name(path, root): path for path in root.rglob("*.py")
+               if path.relative_to(root).parts[0] in PACKAGES}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names)
+        graph[name] = {target for target in found if target in modules and target != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_of_the_project_imports_itself_in_a_circle():
+    found = circles(import_graph())
+    assert found == [], "break these import circles (each group imports itself back):\n" + "\n".join(map(str, found))
+
+
+def test_the_circle_finder_sees_a_circle_through_a_lazy_import(tmp_path):
+    package = tmp_path / "course"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from course import b\n")
+    (package / "b.py").write_text("def later():\n    from course.c import x\n")
+    (package / "c.py").write_text("from . import a\nx = 1\n")
+    (package / "d.py").write_text("import course.a\n")
+    assert circles(import_graph(tmp_path)) == [["course.a", "course.b", "course.c"]]

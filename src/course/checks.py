@@ -164,7 +164,8 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
     another thread, and let `first` wait for it (at most `pause` seconds).
 
     Returns {"first": ..., "second": ..., "second waited": seconds `second` spent}. An error in
-    `first` propagates; an error in `second` is raised after `first` has finished.
+    `first` propagates; an error in `second` is raised after `first` has finished. A `first` that
+    ran no statement on `connection` cannot be interleaved: that is a CheckFailed, not a pass.
     """
     ready, go, done = threading.Event(), threading.Event(), threading.Event()
     box: dict[str, Any] = {}
@@ -184,6 +185,7 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
             done.set()
 
     def hold_between_read_and_write(statement: str) -> None:
+        box["statements"] = box.get("statements", 0) + 1
         verb = (statement.split() or [""])[0].upper()
         if verb == "SELECT" and "assistant_work" in statement:
             box["has read"] = True
@@ -203,6 +205,9 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
         thread.join(15)
     if "second error" in box:
         raise box["second error"]
+    if not box.get("statements"):
+        raise CheckFailed("The function under test ran no statement on the database it was given, so nothing "
+                          "could be released between its read and its write; work through the `db` you are passed.")
     return box
 
 

@@ -31,11 +31,13 @@ def section(name: str, guide: Path = GUIDE) -> str:
 
 
 def rendered() -> dict[str, Callable[[], str]]:
-    """Every generated part, by name: what the guide should hold."""
+    """Every generated part, by name, markers included: what the guide should hold. (The parts'
+    modules render their text; the guide alone knows where it goes.)"""
     from course.checkpoint.evidence_table import render as evidence_table
     from course.written_answers import render_all as written_answers
 
-    return {"written-answers": written_answers, "checkpoint-evidence": evidence_table}
+    parts = {"written-answers": written_answers, "checkpoint-evidence": evidence_table}
+    return {name: (lambda name=name, render=render: wrap(name, render())) for name, render in parts.items()}
 
 
 def update(guide: Path = GUIDE) -> None:

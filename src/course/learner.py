@@ -41,22 +41,13 @@ from typing import Any
 
 from course import kernel_runs
 from course.checks import is_stub, not_implemented
+from course.graded_cells import FUNCTIONS, GRADED_CELLS, NOTEBOOK_OF
 from sovereign_agent.ownership import REFERENCE, Ownership
 
 REFERENCE_NAME = "reference"
 RELEASE_VARIABLE = "COURSE_RELEASE"  # set by the grader: the release folder holding trusted setup cells
 CELL_SECONDS = 120.0  # a cell's time limit (nbgrader's Execute.timeout in nbgrader_config)
 OUTPUT_LIMIT = 256 * 1024  # characters of one cell's output that are kept
-
-# notebook -> graded cells (grade_id) in the order they are executed, and the name each defines.
-GRADED_CELLS: dict[str, tuple[tuple[str, str], ...]] = {
-    "01_claims.ipynb": (("claim_dataclass", "Claim"), ("claim", "claim")),
-    "02_fencing.ipynb": (("assert_current", "assert_current"), ("observe", "observe"), ("finish", "finish")),
-    "03_recovery.ipynb": (("order_to_continue", "order_to_continue"),),
-}
-FUNCTIONS = ("claim", "assert_current", "observe", "finish", "order_to_continue")
-NOTEBOOK_OF = {name: Path(notebook).stem for notebook, cells in GRADED_CELLS.items() for _, name in cells}
-
 
 class LearnerCodeError(Exception):
     """The learner's notebooks cannot be turned into an implementation (missing, or raising)."""

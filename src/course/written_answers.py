@@ -13,7 +13,6 @@ from pathlib import Path
 
 import nbformat
 
-from course.guide import wrap
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = REPO_ROOT / "solutions" / "ch12"
@@ -45,10 +44,10 @@ def written_answers(solutions: Path = SOLUTIONS) -> list[WrittenAnswer]:
 
 def render(answers: list[WrittenAnswer]) -> str:
     """The guide's part: one heading per question, then the question, model answer and rubric."""
-    return wrap("written-answers", "\n\n".join(
+    return "\n\n".join(
         f"### `{item.grade_id}` ({item.notebook}, {item.points:g} pts)\n\n{item.question}\n\n{item.answer}"
         for item in answers
-    ))
+    )
 
 
 def render_all() -> str:

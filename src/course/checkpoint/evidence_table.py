@@ -16,7 +16,6 @@ from course.checkpoint.cases import ACCEPTED_THEN_CRASH, KILLED, LIVE_STALE, PAU
 from course.checkpoint.scenario import SUBJECT
 from course.checkpoint.evidence import CaseEvidence
 from course.checkpoint.verdict import STALE_BOUNDARIES
-from course.guide import wrap
 from reference_organizations.store.agent import seed_lucy, shortfalls
 from sovereign_agent.database import Database
 
@@ -72,4 +71,4 @@ def render() -> str:
         if unknown:
             raise ValueError(f"the evidence has no field {sorted(unknown)}: update course.checkpoint.evidence_table")
         lines.append(f"| {', '.join(f'`{name}`' for name in fields)} | {source} | {passes} |")
-    return wrap("checkpoint-evidence", "\n".join(lines))
+    return "\n".join(lines)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from course.checkpoint.cases import ACCEPTED_THEN_CRASH, KILLED, LIVE_STALE, PAUSED
 from course.checkpoint.evidence import CaseEvidence
-from course.learner import NOTEBOOK_OF
+from course.graded_cells import NOTEBOOK_OF
 
 BOUNDARIES = {
     "transcript": "transcript observation",

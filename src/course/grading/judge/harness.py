@@ -45,7 +45,7 @@ class Context:
     def implementation(self) -> Any:
         """The checkpoint's implementation: 01-03 run as written in a learner process of their own."""
         from course.checkpoint.run import Elsewhere
-        from course.learner import FUNCTIONS
+        from course.graded_cells import FUNCTIONS
         from sovereign_agent.ownership import Ownership
 
         peer, _ = self.broker.learner("implementation")
