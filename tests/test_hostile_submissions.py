@@ -195,21 +195,27 @@ def claim(db, owner, **options):
 
 # --- hooks installed at top level ------------------------------------------------------------------
 
-HOOKS = '''
-import builtins, sys, threading
+# The harness's own helpers patched in the learner process: the forced race made sequential and
+# its statement tracer silenced (a racy claim would then pass the race), `expect` made silent.
+HOOKS_ON_THE_HARNESS = '''
 import course.checks as checks
 import sovereign_agent.database as database
 
-checks.expect = lambda condition, message: None           # the visible tests' helper
-checks.trace = lambda connection, hook: None               # no statement reported to a forced race
-checks.interleave = lambda connection, first, location, second, pause=0.5: {  # no forced race any more
-    "first": first(), "second": second(database.Database(location)), "second waited": 0.0}
+checks.expect = lambda condition, message: None
+checks.trace = lambda connection, hook: None
+checks.interleave = lambda connection, first, location, second, pause=0.5: {
+    "first": first(), "second": second(database.Database(location)), "second waited": 0.0, "statements": 1}
 checks.CheckFailed.__str__ = lambda self: "passed"
+'''
+# Hooks on the interpreter itself (they break the learner's own process, nothing else).
+HOOKS_ON_THE_INTERPRETER = '''
+import builtins, sys, threading
 builtins.isinstance = lambda *args: True
 sys.settrace(lambda *args: None)
 threading.settrace(lambda *args: None)
-database.Database.immediate = lambda self: __import__("contextlib").nullcontext(self.connection)
+sys.excepthook = lambda *args: None
 '''
+
 
 # --- a forged verdict -----------------------------------------------------------------------------
 
@@ -233,6 +239,8 @@ def claim(db, owner, **options):
 
 SPY = '''
 import base64, gc, os, sys, zlib
+import course.checks
+checks_file = course.checks.__file__
 
 def _dump():
     texts = [repr(sorted(globals())), repr(sorted(sys.modules))]
@@ -241,10 +249,8 @@ def _dump():
     while frame is not None:
         texts += [repr(frame.f_locals)[:5000], repr(frame.f_code.co_consts)[:5000]]
         frame = frame.f_back
-    for start in ("/", os.getcwd()):
+    for start in (os.getcwd(), "/tmp", "/course", "/scratch", os.path.dirname(os.path.dirname(checks_file))):
         for folder, _, files in os.walk(start):
-            if folder.startswith(("/proc", "/sys", "/dev", "/usr", "/lib")):
-                continue
             for name in files:
                 try:
                     with open(os.path.join(folder, name), "rb") as handle:
@@ -314,9 +320,12 @@ VANDAL_RESOURCES = [
 # --- the class ---------------------------------------------------------------------------------------
 
 def notebook(name: str, base: Path, replace: dict[str, str] = (), extra: list[str] = ()) -> nbformat.NotebookNode:
-    """`name` from `base` (the solutions or the release) with answer cells replaced, cells added."""
-    nb = nbformat.read(base / name, as_version=4)
-    replace = dict(replace)
+    """The release of `name`, as a learner submits it, with the answers of `base` (the solutions,
+    or the release's own stubs), then answer cells replaced and cells added."""
+    nb = nbformat.read(RELEASE / name, as_version=4)
+    answered = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nbformat.read(base / name, as_version=4).cells
+                if c.metadata.get("nbgrader", {}).get("solution")}
+    replace = {**answered, **dict(replace)}
     for cell in nb.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         if grade_id in replace:
@@ -361,9 +370,6 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
         "written_differently": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {
             **CLAIM_WITH_SLOTS_AND_A_HELPER, "claim": claim_calling_the_helper()}, [
             CLAIM_HELPER_CELL]), RECOVERY: notebook(RECOVERY, SOLUTIONS, DATA_BUILT_BY_CALLS)}, None),
-        "claim_unanswered": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, stubs(CLAIMS, *CLAIM_CELLS))}, None),
-        "recovery_unanswered": ({RECOVERY: notebook(RECOVERY, SOLUTIONS, stubs(
-            RECOVERY, "four_answers", "recovery_action"))}, None),
         # All five of the checkpoint's functions wrap the course's own: 01-03 and 04 earn what they
         # would with the five unanswered.
         "everywhere_reference": (every_notebook({
@@ -373,22 +379,23 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
                    else "from sovereign_agent.assistant_work import Claim"
                    for cell in cells} for name, cells in FIVE.items()}), "five_unanswered"),
         "five_unanswered": (every_notebook({name: stubs(name, *cells) for name, cells in FIVE.items()}), None),
-        "hooks": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": RACY_CLAIM}, [HOOKS])}, "racy"),
-        "traps": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, TRAPS)}, "claim_unanswered"),
-        "forger": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": FORGER})}, "claim_unanswered"),
-        "spy": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": SPY})}, "claim_unanswered"),
+        "hooks_on_the_harness": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": RACY_CLAIM}, [HOOKS_ON_THE_HARNESS])},
+                                 "racy"),
+        "hooks_on_the_interpreter": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": RACY_CLAIM},
+                                                       [HOOKS_ON_THE_INTERPRETER])}, "racy"),
         "vandal_files": ({CLAIMS: notebook(CLAIMS, RELEASE, {"claim": VANDAL_FILES.format(
             course=str(root), outside=str(outside))})}, "untouched"),
         "vandal_resources": ({CLAIMS: notebook(CLAIMS, RELEASE, {"claim": VANDAL_RESOURCES[0]},
                                                VANDAL_RESOURCES[1:])}, "untouched"),
         "untouched": ({CLAIMS: notebook(CLAIMS, RELEASE)}, None),
     }
-    for kind, replace in REFERENCE_WAYS.items():
-        students[f"reference_{kind}"] = ({CLAIMS: notebook(CLAIMS, SOLUTIONS, replace)}, "claim_unanswered")
-    for kind, replace in BOUND_ODDLY.items():
-        base = CLAIMS if "claim" in replace or "claim_dataclass" in replace else RECOVERY
-        twin = "claim_unanswered" if base == CLAIMS else "recovery_unanswered"
-        students[f"odd_{kind}"] = ({base: notebook(base, SOLUTIONS, replace)}, twin)
+    attacks = {**{f"reference_{kind}": replace for kind, replace in REFERENCE_WAYS.items()},
+               **{f"odd_{kind}": replace for kind, replace in BOUND_ODDLY.items()},
+               "traps": TRAPS, "forger": {"claim": FORGER}, "spy": {"claim": SPY}}
+    for student, replace in attacks.items():  # the twin: the same notebook with exactly those answers unanswered
+        base = CLAIMS if set(replace) & set(CLAIM_CELLS) else RECOVERY
+        students[student] = ({base: notebook(base, SOLUTIONS, replace)}, f"{student}_twin")
+        students[f"{student}_twin"] = ({base: notebook(base, SOLUTIONS, stubs(base, *replace))}, None)
     return students
 
 
@@ -444,8 +451,9 @@ def test_honest_submissions_get_their_exact_scores(graded):
     maxima = {"test_claim_dataclass": 2, "test_claim_acquires": 3, "test_claim_replacement": 3,
               "test_claim_selection": 3, "test_claim_validation": 2, "test_claim_race": 3}
     full = {f"01_claims/{part}": points for part, points in maxima.items()}
-    assert by_student["complete"] == full
-    assert by_student["racy"] == {**full, "01_claims/test_claim_race": 0}, "a read-then-write claim loses exactly the race"
+    claims = lambda student: {part: points for part, points in by_student[student].items() if part in full}  # noqa: E731
+    assert claims("complete") == full
+    assert claims("racy") == {**full, "01_claims/test_claim_race": 0}, "a read-then-write claim loses exactly the race"
     written = by_student["written_differently"]
     assert {part: written[part] for part in full} == full, "slots, an import, a helper in another cell: full marks"
     recovery = {part: points for part, points in written.items() if part.startswith("03_recovery/")}
@@ -459,7 +467,7 @@ def test_honest_submissions_get_their_exact_scores(graded):
     assert results["complete"].reasons == {} and results["written_differently"].reasons == {}
 
 
-@pytest.mark.parametrize("student", ["everywhere_reference", "hooks", "traps", "forger", "spy", "vandal_files",
+@pytest.mark.parametrize("student", ["everywhere_reference", "hooks_on_the_harness", "hooks_on_the_interpreter", "traps", "forger", "spy", "vandal_files",
                                      "vandal_resources", *(f"reference_{k}" for k in REFERENCE_WAYS),
                                      *(f"odd_{k}" for k in BOUND_ODDLY)])
 def test_no_attack_scores_more_than_its_twin(graded, student):
@@ -518,8 +526,9 @@ def test_no_hidden_test_line_or_hidden_value_reaches_any_output_plain_or_encoded
     assert len(lines) > 200 and len(values) > 20, "the search must cover the hidden tests"
     written = list((root / "autograded").rglob("*.ipynb")) + list((root / "feedback").rglob("*.html"))
     assert len(written) >= 40
-    spied = (root / "feedback" / "spy" / "ch12" / "01_claims.html").read_text()
-    assert "SPY:" in spied, "the spy's dump (printed at the top of its cell) must be in its feedback"
+    spied = nbformat.read(root / "autograded" / "spy" / "ch12" / "01_claims.ipynb", as_version=4)
+    printed = [o.text for c in spied.cells for o in c.get("outputs", []) if o.output_type == "stream"]
+    assert any(text.startswith("SPY:") and len(text) > 100 for text in printed), "the spy's dump must be in its output"
     for path in written:
         text = decoded(path.read_text())
         leaked = sorted(item for item in lines | values if item in text or json.dumps(item)[1:-1] in text)
@@ -572,7 +581,7 @@ def test_parallel_grading_gives_exactly_the_scores_of_serial_grading(graded, tmp
     coordinator). Honest, partial and hostile students graded one after another by plain
     `nbgrader autograde` (one process, nbgrader's own recording) into a fresh gradebook score the same."""
     root, _, _, _, _ = graded
-    chosen = ["complete", "hooks", "racy", "untouched"]
+    chosen = ["complete", "hooks_on_the_harness", "racy", "untouched"]
     copy = tmp_path / "course"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns(
         "autograded", "feedback", "submitted", "gradebook.db", "grades.csv"))

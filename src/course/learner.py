@@ -66,6 +66,10 @@ class CellTimeout(KeyboardInterrupt):
     """A cell ran past its time limit (what a kernel interrupt raises, under a name of its own)."""
 
 
+class OutputLimit(KeyboardInterrupt):
+    """A cell printed more than OUTPUT_LIMIT characters: it is interrupted, as a grading kernel was."""
+
+
 @dataclass(frozen=True)
 class LearnerCell:
     notebook: str
@@ -247,6 +251,8 @@ def _run_cell(cell: LearnerCell, namespace: dict[str, Any], seconds: float) -> C
     except BaseException as error:  # the learner's cell may raise anything, SystemExit included
         if isinstance(error, CellTimeout):
             run.ename, run.evalue = "CellTimeoutError", f"the cell ran past the time limit ({seconds:g} s) and was interrupted"
+        elif isinstance(error, OutputLimit):
+            run.ename, run.evalue = "OutputLimit", f"[output limit reached: the cell printed more than {OUTPUT_LIMIT} characters and was interrupted]"
         else:
             run.ename, run.evalue = type(error).__name__, _message(error)
         run.traceback = traceback.format_exception_only(type(error), error) if isinstance(error, SyntaxError) else \
@@ -300,14 +306,16 @@ class _Bounded(io.TextIOBase):
         self.size = 0
 
     def write(self, text: str) -> int:
-        if self.size < OUTPUT_LIMIT:
+        if self.size + len(text) > OUTPUT_LIMIT:
             self.parts.append(text[: OUTPUT_LIMIT - self.size])
+            self.size = OUTPUT_LIMIT
+            raise OutputLimit()
+        self.parts.append(text)
         self.size += len(text)
         return len(text)
 
     def text(self) -> str:
-        cut = f"\n[output limit reached: {self.size - OUTPUT_LIMIT} more characters not kept]\n"
-        return "".join(self.parts) + (cut if self.size > OUTPUT_LIMIT else "")
+        return "".join(self.parts)
 
 
 def _display(*values: Any) -> None:

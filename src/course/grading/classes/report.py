@@ -22,7 +22,7 @@ SIGNS = {
                       "hit the process limit"),
     "memory_limit": (("MemoryError", "Cannot allocate memory"), "hit the memory limit"),
     "disk_limit": (("No space left on device", "File too large"), "filled its scratch folder"),
-    "course_answer": (("CourseAnswerUsed",), "called the course's own answer"),
+    "course_answer": (("CourseAnswerUsed", "the course's own `"), "called the course's own answer"),
 }
 COLUMNS = ["student", "score", "max_score", "seconds", "sandboxed", *SIGNS, "reason"]
 

@@ -5,7 +5,8 @@
 NOTEBOOK is one of the learner's notebooks (its setup cells from the release, then the learner's
 cells, course.learner.notebook_cells), or `implementation`: the five functions a checkpoint worker
 calls, loaded from 01-03 as the checkpoint loads them. Its first message is its report, how each
-cell ended and what it printed (it holds nothing of the check yet: the grader can show it). Then
+cell ended and what it printed (it holds nothing of the check yet: the grader can show it); what
+its cells left running is ended first (a fork bomb's children would starve it of tasks). Then
 it answers calls by name (and `__describe__`, what each name is; `__rebind__`, a name bound to a
 callback of the judge's for a while) until the wire closes. What it
 prints while it serves goes nowhere. Nothing it says is believed: the judge decides from data.
@@ -23,6 +24,7 @@ from typing import Any
 from course import learner
 from course.checks import is_stub
 from course.grading import wire
+from course.grading.sandbox import reaper
 
 DESCRIBE, REBIND = "__describe__", "__rebind__"
 
@@ -81,7 +83,9 @@ class _Discard(io.TextIOBase):
 
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(os.environ["COURSE_WIRE_FD"]))
+    reaper.become_subreaper()  # what the cells start re-parents here
     namespace, runs = load(argv[0])
+    reaper.kill_all_descendants()  # before serving: what the cells left running serves no check
     sys.stdout = sys.stderr = _Discard()  # prints while serving reach nobody
     served: dict[str, Any] = {}
     peer = wire.Peer(sock, resolve_name=lambda name: served[name] if name in served else namespace[name])

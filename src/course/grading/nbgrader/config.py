@@ -42,12 +42,14 @@ def configure(c, root):
     # Autograde (see course.grading.nbgrader.preprocessors): no kernel runs; each graded cell is decided
     # by the judge, against a learner process that runs the learner's notebook in a sandbox of its own.
     c.OverwriteCells.add_missing_cells = True  # a deleted test cell is restored, and graded
+    # The gradebook is checked against the release first: before nbgrader overwrites cells from it,
+    # and before any check it holds runs.
     c.Autograde.sanitize_preprocessors = [
-        ClearOutput, ForgetDuplicateIds, OverwriteKernelspec, OverwriteCells, StripHiddenTests, CheckCellMetadata,
+        VerifyGradebook, ClearOutput, ForgetDuplicateIds, OverwriteKernelspec, OverwriteCells, StripHiddenTests, CheckCellMetadata,
     ]
     c.Autograde.autograde_preprocessors = [
         StartChecks, DecideByJudge, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
-        VerifyGradebook, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
     ]
     c.StartChecks.timeout = 60  # one check, once its learner process has run the notebook's cells (04's: ~10 s)
     # Feedback HTML is rendered from the autograded notebook, which holds the hidden tests.
