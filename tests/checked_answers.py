@@ -50,7 +50,7 @@ def verdicts(name: str, replace: dict[str, str] | None = None, only: set[str] | 
     """{test grade_id: verdict} for notebook `name` with the solution's answers, `replace`d."""
     solution = json.loads((SOLUTIONS / name).read_text())
     full = {_grade_id(c): checks.cell_text(c["source"]) for c in solution["cells"] if _grade_id(c)}
-    jobs, _ = checks.notebook_jobs(name.removesuffix(".ipynb"), RELEASE, full)
+    jobs = checks.notebook_jobs(name.removesuffix(".ipynb"), RELEASE, full)
     jobs = [job for job in jobs if only is None or job["cell"] in only]
     with tempfile.TemporaryDirectory(prefix="ch12-answers-") as folder:
         submitted = Path(folder)

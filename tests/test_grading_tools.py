@@ -19,9 +19,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from conftest import assert_nothing_left, nbgrader_metadata, sandbox_cgroups
 from course.grading.classes.autograde import autograde
-from course.grading.classes.report import failure_reason
 from course.grading.nbgrader import commands
-from course.grading.nbgrader.feedback import HideHiddenTests
+from course.grading.nbgrader.preprocessors import StripHiddenTests
 
 MARKER = "SECRET_MARKER_7f3a"  # appears only inside the hidden tests
 HIDDEN_MESSAGE = "double(21) did not give 42: larger inputs must double too."
@@ -186,7 +185,7 @@ def test_failure_in_one_notebook_keeps_the_others(monkeypatch):
     def fake_convert(root, assignment, student, notebook):
         calls.append(notebook)
         crashed = notebook in ("*", "02_fencing")
-        return failure_reason("[Autograde | ERROR] ValueError: bad notebook") if crashed else None
+        return commands.cause("[Autograde | ERROR] ValueError: bad notebook") if crashed else None
 
     monkeypatch.setattr(unit, "_convert", fake_convert)
     failures = unit._autograde(Path("."), "ch12", "s", ["01_claims", "02_fencing"])
@@ -194,25 +193,13 @@ def test_failure_in_one_notebook_keeps_the_others(monkeypatch):
     assert calls == ["*", "01_claims", "02_fencing"]
 
 
-def test_hide_hidden_tests_keeps_only_the_message():
-    cell = new_code_cell(
-        HIDDEN,
-        outputs=[
-            nbformat.v4.new_output("stream", name="stdout", text="checking\n"),
-            nbformat.v4.new_output("execute_result", data={"text/plain": "42"}),
-            nbformat.v4.new_output(
-                "error",
-                ename="AssertionError",
-                evalue=HIDDEN_MESSAGE,
-                traceback=[f"----> 4 check({MARKER} == 42)", "AssertionError"],
-            ),
-        ],
-    )
-    cell, _ = HideHiddenTests().preprocess_cell(cell, {}, 0)
-    assert MARKER not in str(cell)
+def test_hidden_regions_leave_the_autograded_notebook_as_one_placeholder_line():
+    cell, _ = StripHiddenTests().preprocess_cell(new_code_cell(HIDDEN), {}, 0)
+    assert MARKER not in cell.source and "HIDDEN TESTS" not in cell.source
     assert cell.source.splitlines()[-1] == "# hidden tests (not shown)"
-    assert [o.output_type for o in cell.outputs] == ["stream", "error"]
-    assert cell.outputs[1].traceback == [f"AssertionError: {HIDDEN_MESSAGE}"]
+    assert cell.source.splitlines()[:-1] == HIDDEN.split("### BEGIN")[0].splitlines()
+    unclosed, _ = StripHiddenTests().preprocess_cell(new_code_cell("x = 1\n### BEGIN HIDDEN TESTS\nsecret()"), {}, 0)
+    assert unclosed.source == "x = 1\n# hidden tests (not shown)", "an unclosed region runs to the end"
 
 
 def test_an_nbgrader_failure_is_told_in_one_sentence(tmp_path):
@@ -226,6 +213,8 @@ def test_an_nbgrader_failure_is_told_in_one_sentence(tmp_path):
     assert "Traceback" not in message and len(message) < 500
     assert commands.cause("[X | ERROR] There was an error processing assignment\nValueError: bad cell 'x'\n") == (
         "ValueError: bad cell 'x'")
+    assert commands.cause("    raise GradebookMismatch(\n    course.grading.nbgrader.preprocessors.GradebookMismatch: the "
+                          "gradebook differs\n[A | ERROR] Please see the above") == "GradebookMismatch: the gradebook differs"
 
 
 @pytest.mark.slow

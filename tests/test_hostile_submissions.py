@@ -366,6 +366,7 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
     """{student: (notebooks, twin)}: each hostile student's twin is graded alongside."""
     students: dict[str, tuple[dict, str | None]] = {
         "complete": ({CLAIMS: notebook(CLAIMS, SOLUTIONS)}, None),
+        "complete_everywhere": (every_notebook({}), None),
         "racy": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": RACY_CLAIM})}, None),
         "written_differently": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {
             **CLAIM_WITH_SLOTS_AND_A_HELPER, "claim": claim_calling_the_helper()}, [
@@ -463,8 +464,12 @@ def test_honest_submissions_get_their_exact_scores(graded):
         most = {f"03_recovery/{c.name}": c.max_score for c in gb.find_notebook("03_recovery", "ch12").grade_cells
                 if c.cell_type == "code"}
     assert recovery == most, "data answers built by calls and comprehensions keep their points"
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        every = {f"{nb.name}/{c.name}": c.max_score for nb in gb.find_assignment("ch12").notebooks
+                 for c in nb.grade_cells if c.cell_type == "code"}
+    assert by_student["complete_everywhere"] == every, "all four notebooks answered: every autograded point"
     assert set(by_student["untouched"].values()) == {0}
-    assert results["complete"].reasons == {} and results["written_differently"].reasons == {}
+    assert all(results[s].reasons == {} for s in ("complete", "complete_everywhere", "written_differently"))
 
 
 @pytest.mark.parametrize("student", ["everywhere_reference", "hooks_on_the_harness", "hooks_on_the_interpreter", "traps", "forger", "spy", "vandal_files",

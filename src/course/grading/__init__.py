@@ -1,19 +1,10 @@
-"""Grading tooling for the ch12 nbgrader course.
+"""Grading the ch12 course with nbgrader: the judge, the learner process, the sandbox, class
+grading and the nbgrader glue, one sub-package each (see the README's map).
 
-commands: release, autograde, feedback, export_grades (behind the `course` CLI).
-config: the nbgrader settings, built from a course root (nbgrader_config.py calls it).
-feedback: the preprocessor that keeps hidden tests out of feedback HTML.
-reaper: runs nbgrader so that nothing a submission starts outlives its grading.
-
-Kept import-free: `python -m course.grading.sandbox.reaper` and the CLI's --help should not pay for
-importing nbgrader (several seconds).
-
-One thing is done here, before any grading process imports nbgrader: `rfc3987_syntax` is marked
-as not importable. jsonschema imports it, when installed, only to check the "iri" string format,
-and building its grammar costs 2 of the 3.4 s of CPU that importing nbgrader takes (measured:
-`python -c "import nbgrader.api"`). Neither nbgrader nor nbformat checks string formats, so the
-coordinator and every worker leave it out. (A plain `nbgrader` command has imported jsonschema
-before it reads nbgrader_config.py, so this changes nothing there.)
+Kept import-free, with one exception made before any grading process imports nbgrader:
+`rfc3987_syntax` is marked as not importable. jsonschema imports it only to check the "iri"
+format, which neither nbgrader nor nbformat uses, and it costs 2 of the 3.4 s of CPU that
+importing nbgrader takes.
 """
 
 import sys

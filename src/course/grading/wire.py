@@ -1,13 +1,9 @@
-"""What crosses between the judge and a learner process: plain data, by value, and nothing else.
+"""What crosses between the judge and a learner process: plain data, by value, nothing else.
 
-Values go as tagged JSON (numbers, strings, lists, tuples, dicts, sets, bytes, paths); a dataclass
-instance as its class's name and its fields, rebuilt on the other side (a learner's class as a
-mirror declared like it: `mirror`); a database or connection as its path, reopened there, with
-the statement tracer that `course.checks.trace` set on it; a callable as a handle, called back
-across the wire. Never pickle, never code. A `Peer` is one end of the socket: either side may
-call the other while a call is in flight (a learner's statement reported to the judge's tracer
-in the middle of the judge's call), each incoming call runs in a thread of its own, and a reply
-goes to the thread that waits for it.
+Tagged JSON for values; a dataclass instance as its fields (a learner's class as a `mirror`
+declared like it); a database or connection as its path, with its statement tracer; a callable
+as a handle called back across the wire. Never pickle, never code. Either `Peer` may call the
+other while a call is in flight (a traced statement reported mid-call).
 """
 
 from __future__ import annotations

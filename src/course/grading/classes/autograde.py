@@ -32,16 +32,12 @@ class StudentResult:
 
 def autograde(submitted_dir=None, force=False, root=REPO_ROOT, sandbox=True, report="grading-report.csv", jobs=None,
               scheduler=None, progress=True):
-    """Autograde every student in submitted/ (or `submitted_dir`), `jobs` at a time.
+    """Autograde every student in submitted/ (or `submitted_dir`), `jobs` at a time, and record them.
 
-    Each student is one grading unit (course.grading.classes.unit): graded from a copy of their folder,
-    learner code in that student's sandbox, by a worker process that imported nbgrader once (or by
-    a Dask cluster's workers, `scheduler`). This process alone records the results, one student at
-    a time as they arrive, each after checking that the gradebook still matches the release. A
-    progress bar counts the students done, failing and left. Returns a StudentResult per student,
-    prints the summary read back from the gradebook and writes it to `report` (CSV, relative to
-    `root`). Without `force`, students with an autograded folder are skipped. `sandbox=False`
-    grades without isolation: every line says so.
+    Each student is one grading unit, run by a worker process (or a Dask worker, `scheduler`); this
+    process alone records, one student at a time, each after checking the gradebook against the
+    release. Without `force`, students with an autograded folder are skipped. Prints the summary read
+    back from the gradebook, writes it to `report`, and returns a StudentResult per student.
     """
     from course.grading.classes import coordinator
 

@@ -1,14 +1,9 @@
 """The trusted side of class grading: hand out grading units, record what comes back.
 
-The coordinator (the instructor's `course autograde`) is the only process that touches the
-gradebook. It packs the assignment's definition once (`definition`), each student's submitted
-folder as bytes (`submission`), sends both to workers (`LocalWorkers`: a process pool on this
-machine; `DaskWorkers`: a Dask cluster) and records each outcome as it arrives (`record`), one
-student at a time, after checking that the gradebook still matches the release.
-
-Recording sets values, it never adds: a student's submission, notebooks and grades are keyed by
-(assignment, student, notebook, cell), so recording the same outcome again changes nothing and a
-student graded twice is never counted twice.
+The coordinator (`course autograde`) alone touches the gradebook. It packs the assignment once
+(`definition`) and each student's folder (`submission`), sends both to workers (`LocalWorkers`, a
+process pool; `DaskWorkers`, a cluster) and records each outcome as it arrives (`record`).
+Recording sets values and never adds, so recording an outcome twice changes nothing.
 """
 
 from __future__ import annotations
@@ -64,10 +59,7 @@ def definition(root: Path, url: str, assignment: str) -> Assignment:
 
 
 def _stamp_schema(path: Path, source) -> None:
-    """Give a new gradebook file the source's schema version before nbgrader opens it.
-
-    On an empty database nbgrader asks `alembic heads` (a subprocess, about 3 s) for the version
-    to stamp; the source gradebook already holds it."""
+    """Stamp a new gradebook with the source's schema version (else nbgrader runs `alembic heads`, 3 s)."""
     from sqlalchemy import text
 
     version = source.db.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
@@ -86,10 +78,8 @@ def submission(folder: Path, student: str) -> Submission:
 
 
 def record(url: str, outcome: dict, root: Path) -> None:
-    """Write one student's outcome into the gradebook and autograded/, replacing what was there.
-
-    Idempotent: every value is set, none is added to, so the same outcome recorded twice leaves
-    the gradebook as it was after the first time.
+    """Write one student's outcome into the gradebook and autograded/; every value is set, none
+    added to, so recording the same outcome twice changes nothing.
     """
     from nbgrader.api import Gradebook
 
@@ -144,11 +134,8 @@ class LocalWorkers:
 
 
 class DaskWorkers:
-    """A Dask cluster's workers (`dask worker --nthreads 1`); results come back here to be recorded.
-
-    A task whose worker dies is rescheduled by the scheduler on another worker (how often: the
-    scheduler's `distributed.scheduler.allowed-failures`); a task that raises is retried once
-    (`retries=1`); after that the student is reported as not graded.
+    """A Dask cluster's workers (`dask worker --nthreads 1`). A task whose worker dies is rescheduled
+    by the scheduler; one that raises is retried once; then the student is reported as not graded.
     """
 
     def __init__(self, address: str) -> None:
@@ -175,10 +162,8 @@ class DaskWorkers:
 
 
 def run_on_dask_worker(assignment: Assignment, submission: Submission, sandbox: bool) -> dict:
-    """`unit.run` on a Dask worker, which must grade one student at a time.
-
-    nbgrader changes the process's working folder while it grades, and the unit kills every
-    process left behind by the worker's previous student: both need the worker to itself.
+    """`unit.run` on a Dask worker that grades one student at a time (nbgrader changes the working
+    folder, and the unit kills what the previous student left running).
     """
     from distributed import get_worker
 

@@ -79,15 +79,6 @@ def write_report(path: Path, results) -> Path:
     return path
 
 
-def failure_reason(log):
-    """Why nbgrader gave up, in words an instructor can pass on."""
-    mismatch = [line for line in log.splitlines() if "GradebookMismatch" in line]
-    if mismatch:
-        return mismatch[-1].split("GradebookMismatch:", 1)[-1].strip()
-    errors = [line for line in log.splitlines() if "| ERROR]" in line]
-    return errors[0].split("]", 1)[1].strip() if errors else "nbgrader failed"
-
-
 def timeout_reason(path):
     """Why the learner's notebook did not run to its end at grading, as the autograded notebook
     records it, or None."""

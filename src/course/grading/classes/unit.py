@@ -1,29 +1,16 @@
-"""The unit of class-scale grading: one student, graded in their sandbox, plain data in and out.
+"""The unit of class-scale grading: one student in, plain data out.
 
-Input: the assignment's definition (`Assignment`: the course's nbgrader_config.py, the release
-notebooks and a gradebook holding only the assignment, hidden tests included) and one student's
-submitted files (`Submission`), all as bytes. Output (`grade`): a dict of plain values: per-cell
-scores and comments, the autograded notebooks as bytes, what grading saw (the integrity report's
-findings, reasons and sentence) and the seconds it took.
-
-The unit needs the course package installed (and bubblewrap), nothing else: no shared file system
-and no access to the real gradebook. It builds a private scratch course in a temporary folder,
-runs nbgrader's Autograde converter in this process (the course's preprocessors: hidden tests
-stripped, kernel sandboxed, checks decided outside the kernel, gradebook verified), reads the
-scratch gradebook back and deletes the folder. Only the trusted coordinator
-(course.grading.classes.coordinator) writes results into the real gradebook.
-
-`run` is what a worker process calls (a local process pool or a Dask worker): nbgrader is
-imported once per worker, and after each student every process grading left behind is killed.
-One process grades all of a student's notebooks, so the checks of every notebook start at once, in
-one check server, before the first kernel: a notebook then waits for its checks only if they are
-still running.
+Input: the assignment (`Assignment`: nbgrader_config.py, the release, a gradebook holding only
+the assignment, hidden tests included) and one student's files (`Submission`), as bytes. Output
+(`grade`): per-cell scores and comments, the autograded notebooks, what grading saw, the seconds.
+It runs nbgrader's Autograde in a private scratch course and never touches the real gradebook:
+only the coordinator records. `run` is what a worker calls; it starts every notebook's checks at
+once, and afterwards kills whatever the student left running.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import tempfile
@@ -105,10 +92,9 @@ def warm_up() -> None:
 
 
 def _check_metadata_schema_once() -> None:
-    """nbgrader validates each cell's metadata with `jsonschema.validate`, which first checks the
-    schema itself, every time: some 350 cells a student, 0.6 s of the 2.4 s a worker spends on one.
-    Here the schema is checked once per worker; each cell is validated as before (the same error,
-    jsonschema's best match, for an invalid one)."""
+    """nbgrader's `jsonschema.validate` checks the schema itself for each of some 350 cells a student
+    (0.6 s); here once per worker, with the same error for an invalid cell.
+    """
     import jsonschema
     from nbgrader.nbgraderformat import common
 
@@ -127,12 +113,9 @@ def _check_metadata_schema_once() -> None:
 
 
 def _one_engine_per_gradebook() -> None:
-    """nbgrader opens a new SQLAlchemy engine for each `Gradebook(...)`, some 30 a student, and an
-    engine's cache of compiled queries goes with it: every query was compiled again each time.
-    Here a worker keeps the engine of the gradebook it is grading into and hands it out again
-    (`Gradebook.close` still disposes of its connections). That gradebook is always the student's
-    scratch copy (a worker cannot reach the real one), so its commits, some 130 a student, skip
-    the disk flush: nothing in it has to survive a power cut."""
+    """One SQLAlchemy engine per scratch gradebook, not one per `Gradebook(...)` (some 30 a student,
+    each compiling its queries again); its commits skip the disk flush (a scratch copy).
+    """
     from nbgrader import api
     from sqlalchemy import event
 
@@ -178,10 +161,8 @@ def _safe(name: str) -> str:
 
 
 def _autograde(root: Path, assignment: str, student: str, notebooks: list[str]) -> dict[str, str]:
-    """Grade the whole submission; return {notebook: why nbgrader could not grade it}.
-
-    On a failure nbgrader deletes the student's autograded folder and skips the remaining
-    notebooks, so then grade notebook by notebook to keep the rest and pin the failure down.
+    """Grade the whole submission; return {notebook: why nbgrader could not grade it}. After a failure
+    nbgrader drops the rest, so then grade notebook by notebook to keep the others.
     """
     submitted = (root / "submitted" / student / assignment).resolve()
     try:
@@ -228,16 +209,16 @@ def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str
     coursedir, starter = CourseDirectory(config=config), StartChecks(config=config)
     submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment)).resolve()
     release = Path(coursedir.format_path(coursedir.release_directory, ".", assignment))
-    built, sources = {}, {}
+    built = {}
     with Gradebook(config.CourseDirectory.db_url) as gb:
         for notebook in notebooks:
             try:
                 full = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
-                built[notebook], sources[notebook] = checks.notebook_jobs(notebook, release, full)
+                built[notebook] = checks.notebook_jobs(notebook, release, full)
             except Exception:  # an unknown notebook: nbgrader reports it in its own words
                 continue
     for notebook, pending in checks.start_checks(built, submitted, release, starter.timeout, starter.cell_timeout).items():
-        PRESTARTED[(submitted, notebook)] = (pending, sources[notebook])
+        PRESTARTED[(submitted, notebook)] = pending
 
 
 def _drain(submitted: Path) -> None:
@@ -253,7 +234,7 @@ def _convert(root: Path, assignment: str, student: str, notebook: str) -> str | 
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
 
-    from course.grading.classes.report import failure_reason
+    from course.grading.nbgrader.commands import cause
 
     config = _config(root, assignment, student, notebook)
     coursedir = CourseDirectory(config=config)
@@ -269,7 +250,7 @@ def _convert(root: Path, assignment: str, student: str, notebook: str) -> str | 
         converter.start()
         return None
     except Exception:  # nbgrader logged why (NbGraderException, or a preprocessor's error)
-        return failure_reason(log.getvalue())
+        return cause(log.getvalue())
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate

@@ -1,16 +1,10 @@
 """The judge asks the grader for learner processes; the grader starts, signals and reads them.
 
-A judge runs in a sandbox of its own and cannot start a learner sandbox, see its processes or
-signal them: the grader (outside every sandbox) can. Over a Unix socket (SOCK_SEQPACKET, one
-message each way, descriptors passed with it) the judge asks for:
-
-    {"op": "learner", "what": NOTEBOOK}      a learner process: its report, and its wire (a descriptor)
-    {"op": "worker", "argv": [...], "log": PATH}   a checkpoint worker in a learner sandbox: its
-                                             stdout (a descriptor); `id` for the requests below
-    {"op": "signal", "id": N, "signal": S}   {"op": "state", "id": N}   {"op": "status", "id": N, "timeout": S}
-
-`Broker` is the judge's side; `serve` the grader's, for one check. What a learner process is and
-holds is course.grading.sandbox.learners'; the grader answers only for the check's own processes.
+A judge cannot start a learner sandbox, see its processes or signal them; the grader, outside
+every sandbox, can. Over a SOCK_SEQPACKET socket, one message each way (descriptors passed with
+it), the judge asks for `learner` (a learner process: its report and its wire), `worker` (a
+checkpoint worker in a learner sandbox: its stdout), and `signal`, `state`, `status` of one.
+`Broker` is the judge's side; `serve` the grader's, for one check.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""One graded cell, decided by the judge: the course's check, hidden part included, run here
-against the learner's names as proxies of what the learner process holds.
+"""One graded cell, decided by the judge: the course's check, hidden part included, run against
+proxies of the learner's names.
 
-The namespace is the course's: its `setup` cells run here, then the judge's own harnesses take the
-place of those that need another process (course.grading.judge.harness). Each name the check
-reads that the course does not define is asked of the learner process (`__describe__`) and bound
-to what it is: a function becomes a `wire.Remote` that calls it there; nbgrader's stub a stub
-here; a dataclass a mirror declared like it; a value its plain data; an answer cell that did not
-run a placeholder that says why. Nothing the learner process sends is code, and nothing of the
-check (its source, its values) goes there but the arguments the check passes.
-
-The verdict is the check's own outcome: it passed, or the exception that stopped it, told by
-`course.grading.judge.messages` (a hidden part's failure in the course's words only).
+The namespace is the course's `setup` cells, with the judge's harnesses in place of those that
+need another process (judge.harness). Each other name the check reads is asked of the learner
+process (`__describe__`) and bound to what it is: a function to a `wire.Remote`, a dataclass to
+a mirror, a value to its plain data, an answer that did not run to a placeholder saying why.
 """
 
 from __future__ import annotations

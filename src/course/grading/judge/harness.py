@@ -1,16 +1,9 @@
 """The course's harnesses that need a process other than the judge, as the judge runs them.
 
-Most of the course's helpers run in the judge unchanged: they call the learner's functions
-through their proxies, and a connection they trace (`course.checks.trace`) is traced across the
-wire. Three need more:
-
-* `race_claims`: worker B must be another process than worker A (in Lab, a forked child): here,
-  the same name in a second learner process;
-* `rebound`: the name is rebound in the learner process as well (to the judge's callback), so
-  the judge itself sees every call the learner's own code makes of it;
-* `run_checkpoint`: the five functions of a learner process that ran 01-03, its workers in learner
-  sandboxes the grader starts, ledgers in the judge's own folder, and the stale writes made by the
-  judge (`Elsewhere`; the workers' own reports are not evidence).
+`race_claims`: worker B is the same name in a second learner process. `rebound`: the name is
+rebound in the learner process too, so the judge sees every call the learner's own code makes.
+`run_checkpoint`: the five functions of a learner process that ran 01-03, workers in learner
+sandboxes, ledgers in the judge's folder, stale writes made by the judge itself.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""What a failed check tells the learner, and which words may tell it.
+"""What a failed check tells the learner, and in whose words.
 
-A visible part's failure is told as in the learner's own notebook: the check's message with its
-values, or the type and message of what the learner's code raised (bounded). The learner process
-has then seen only the visible part's arguments, so nothing hidden can be in them.
-A hidden part's failure is told in the course's words only: the failing `expect`'s message (or
-the message of the check's own helper) as written in the check, each interpolated value replaced by "…" unless the check marked it
-`shown(...)` (a value the course chose to show, such as which of the learner's own answers were
-wrong); what the learner's code raised there is named by its type only.
+A visible part's failure reads as in Lab: the check's message, or what the learner's code
+raised. A hidden part's failure is told in the course's words only: the failing call's message
+as the check writes it, each value elided unless marked `shown(...)`; what the learner's code
+raised there is named by its type.
 """
 
 from __future__ import annotations

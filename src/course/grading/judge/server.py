@@ -1,17 +1,9 @@
-"""The judge's sandbox: one per student, a server that loads the course once and forks a judge per check.
+"""The judge's sandbox: one per student, a server that imports the course once and forks a judge
+per check (`python -I -m course.grading.judge.server`).
 
-    python -I -m course.grading.judge.server [MODULE ...]   (the grader runs it in the judge's sandbox;
-                                                             MODULEs: what the checks' setup cells import)
-
-No learner code runs in this sandbox: learner processes are the grader's, in sandboxes of their
-own, and the judge talks to them over their wire. So a judge may be forked from a server that has
-imported everything (trusted state only), and checks of one student share this sandbox safely.
-Each judge and the server are not dumpable: a process of this sandbox started by a check (a
-supplier, a killed holder running the course's code) cannot read a judge's memory.
-
-Its standard input is a Unix socket to the grader. A request is b"R" and an 8-byte id carrying
-four descriptors (the job to read, the verdict to write, the learner's wire, the broker); b"K"
-and an id kills that judge; end of file ends the server, and with it the sandbox.
+No learner code runs in it, so judges may share it. Its standard input is a Unix socket to the
+grader: b"R" and an 8-byte id with four descriptors (job, verdict, learner wire, broker) starts
+a judge, b"K" and an id kills one, end of file ends the server. Judges are not dumpable.
 """
 
 from __future__ import annotations
@@ -35,8 +27,8 @@ from course.grading.sandbox import reaper
 PR_SET_DUMPABLE = 4
 REQUEST, KILL = b"R", b"K"
 DESCRIPTORS = 4
-PRELOAD = (
-    "course.checks", "course.learner", "course.checkpoint.run", "course.checkpoint.cases", "course.checkpoint.report",
+PRELOAD = (  # what the checks' setup cells import, and what the judge itself needs
+    "course.checks", "course.kernel_runs", "course.learner", "course.checkpoint.run", "course.checkpoint.cases", "course.checkpoint.report",
     "course.grading.judge.check", "course.grading.judge.broker", "sovereign_agent.assistant_work",
     "sovereign_agent.assistant_orders", "sovereign_agent.status", "reference_organizations.store.assistant",
     "reference_organizations.store.supplier",
@@ -65,7 +57,7 @@ def serve(control: socket.socket) -> None:
                 for fd in fds:
                     os.close(fd)
                 if message[:1] == KILL and ident in judges:
-                    _kill_tree(judges[ident][0])
+                    reaper.kill_tree(judges[ident][0])
 
 
 def _fork_judge(fds: list[int], control: socket.socket) -> tuple[int, str]:
@@ -107,23 +99,8 @@ def _reap(judges: dict[int, tuple[int, str]]) -> None:
                 finished = True
     if finished:
         running = {pid for pid, _ in judges.values()}
-        for pid in _children(os.getpid()) - running:
-            _kill_tree(pid)
-
-
-def _children(pid: int) -> set[int]:
-    try:
-        return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
-    except OSError:
-        return set()
-
-
-def _kill_tree(pid: int) -> None:
-    for victim in [pid, *reaper.descendants(pid)]:
-        try:
-            os.kill(victim, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for pid in set(reaper.children(os.getpid())) - running:
+            reaper.kill_tree(pid)
 
 
 def main() -> None:
@@ -133,11 +110,8 @@ def main() -> None:
         os.dup2(null, fd)
     ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # judges inherit it
     reaper.become_subreaper()  # what a judge leaves behind re-parents here, to be killed
-    for module in (*PRELOAD, *sys.argv[1:]):
-        try:
-            importlib.import_module(module)
-        except Exception:  # a check whose setup imports it will say so itself
-            pass
+    for module in PRELOAD:
+        importlib.import_module(module)
     serve(control)
 
 

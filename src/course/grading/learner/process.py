@@ -1,15 +1,11 @@
 """The learner process: run a learner's notebook as written, then serve the judge's calls.
 
-    python -P -m course.grading.learner.process NOTEBOOK     (in a learner sandbox; the wire: fd $COURSE_WIRE_FD)
+    python -P -m course.grading.learner.process NOTEBOOK   (in a learner sandbox; wire on fd $COURSE_WIRE_FD)
 
-NOTEBOOK is one of the learner's notebooks (its setup cells from the release, then the learner's
-cells, course.learner.notebook_cells), or `implementation`: the five functions a checkpoint worker
-calls, loaded from 01-03 as the checkpoint loads them. Its first message is its report, how each
-cell ended and what it printed (it holds nothing of the check yet: the grader can show it); what
-its cells left running is ended first (a fork bomb's children would starve it of tasks). Then
-it answers calls by name (and `__describe__`, what each name is; `__rebind__`, a name bound to a
-callback of the judge's for a while) until the wire closes. What it
-prints while it serves goes nowhere. Nothing it says is believed: the judge decides from data.
+NOTEBOOK is a notebook (the release's setup cells, then the learner's cells) or `implementation`
+(the checkpoint's five functions from 01-03). It first reports how each cell ended, then answers
+calls by name (`__describe__`: what names are; `__rebind__`: a name bound to a judge's callback)
+until the wire closes. Nothing it says is believed: the judge decides from data.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The course's own answers, replaced by tripwires in the learner's sandbox while it is graded.
 
-For each answer a notebook grades that the runtime implements (`ANSWERS`), the grader writes a
-copy of the runtime module in which that function's body, or that class, only raises
-`CourseAnswerUsed`, compiles it, and binds the copy and its bytecode over the original files in
-the learner's sandbox (course.grading.sandbox.learners). The learner process then has no other
-copy: an import, an alias, a wrapper, a subclass, `importlib` reloading the file, the bytecode on
-disk, `sys.modules`, a copied code object all reach the tripwire. What it cannot stop is the
-chapter's source pasted into the answer cell, which is the answer written out.
-Only the answers of the notebook being graded are replaced (02_fencing uses the runtime's `claim`).
+For each answer the notebook grades (`ANSWERS`), the runtime module is copied with that function
+or class replaced by one that raises `CourseAnswerUsed`, compiled, and bound over the original
+source and bytecode in the sandbox: no other copy is left to import, alias, wrap, subclass or
+load. The chapter's source pasted into the answer cell is not stopped: it is the answer written.
 """
 
 from __future__ import annotations

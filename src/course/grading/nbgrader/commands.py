@@ -30,10 +30,8 @@ class NbgraderError(RuntimeError):
 
 
 def run_nbgrader(root, *args, check=True, sandbox=True):
-    """Run `nbgrader ARGS` under the reaper in `root`; return the CompletedProcess.
-
-    The venv's bin goes first on PATH: nbgrader calls `alembic` by name to create the gradebook.
-    `sandbox=False` is the instructor's explicit --no-sandbox.
+    """`nbgrader ARGS` under the reaper in `root`, with this environment's bin first on PATH
+    (nbgrader runs `alembic` by name); `sandbox=False` is the instructor's --no-sandbox.
     """
     env = dict(os.environ)
     env[NO_SANDBOX_VARIABLE] = "" if sandbox else "1"
@@ -57,7 +55,7 @@ def cause(log: str) -> str:
     errors = [line.split("]", 1)[1].strip() for line in lines if "| ERROR]" in line]
     specific = [line for line in errors if not line.startswith(generic) and not line.startswith("Traceback")]
     exceptions = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception|Mismatch)\b.*:", line)]
-    found = (exceptions or specific or errors or lines or ["no output"])[-1]
+    found = re.sub(r"^[\w.]*\.(\w+: )", r"\1", (exceptions or specific or errors or lines or ["no output"])[-1])
     return found if len(found) <= 400 else found[:397] + "..."
 
 
@@ -86,11 +84,7 @@ def release(root=REPO_ROOT):
 
 
 def feedback(root=REPO_ROOT):
-    """Write feedback HTML for every autograded student; return the HTML paths.
-
-    --force: manual grades change the gradebook, not the autograded files, so without it
-    nbgrader would keep stale feedback.
-    """
+    """Feedback HTML for every autograded student (--force: manual grades change only the gradebook)."""
     run_nbgrader(root, "generate_feedback", ASSIGNMENT, "--force")
     return sorted(Path(root).glob(f"feedback/*/{ASSIGNMENT}/*.html"))
 
@@ -122,11 +116,8 @@ def check_gradebook(root):
 
 
 def record_assignment(root, url):
-    """Make sure the gradebook holds the assignment's source cells and hidden tests.
-
-    Autograde restores locked cells from the gradebook, which `generate_assignment` fills. On a
-    fresh clone (gradebook.db is not committed) or a new database, run it into a scratch folder,
-    so the committed release in notebooks/ is left exactly as it is.
+    """Make sure the gradebook holds the assignment, hidden tests included: on a fresh clone or a new
+    database, `generate_assignment` into a scratch folder, so the committed release stays as it is.
     """
     gradebook = root / "gradebook.db"
     if url.startswith("sqlite") and gradebook.exists():  # plain sqlite3: a Gradebook would create the file

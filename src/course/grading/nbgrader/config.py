@@ -9,7 +9,6 @@ from nbgrader.preprocessors import (
 )
 
 from course.grading.nbgrader.gradebook import db_url
-from course.grading.nbgrader.feedback import HideHiddenTests
 from course.grading.nbgrader.preprocessors import (
     DecideByJudge, ForgetDuplicateIds, StartChecks, StripHiddenTests, VerifyGradebook,
 )
@@ -52,5 +51,5 @@ def configure(c, root):
         SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
     ]
     c.StartChecks.timeout = 60  # one check, once its learner process has run the notebook's cells (04's: ~10 s)
-    # Feedback HTML is rendered from the autograded notebook, which holds the hidden tests.
-    c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+    # Feedback HTML is rendered from the autograded notebook, which holds no hidden region (StripHiddenTests).
+    c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor]

@@ -1,16 +1,9 @@
-"""nbgrader preprocessors that keep grading out of the learner's reach (wired in config.py).
+"""nbgrader preprocessors that move grading out of the learner's reach (wired in config.py).
 
-Autograde, step by step, for each notebook of a submission:
-
-1. sanitize: nbgrader restores the locked cells from the gradebook; `StripHiddenTests` then
-   replaces the hidden regions by a placeholder line, so no autograded notebook holds them;
-2. `StartChecks`: each graded test cell is decided by the judge (course.grading.judge), against
-   a learner process that runs the learner's notebook as written, in a sandbox of its own;
-3. `DecideByJudge`: each verdict replaces its cell's outputs, so nbgrader's SaveAutoGrades, the
-   gradebook, formgrader and feedback read the judge's decision; the learner's own cells get
-   what they printed in the learner process (no kernel runs at grading);
-4. `VerifyGradebook`: before anything is recorded, the gradebook's copy of the assignment must
-   still match the release (sources, checksums, points, total).
+Sanitize: `VerifyGradebook` (the gradebook still matches the release), nbgrader's OverwriteCells,
+`StripHiddenTests` (no autograded notebook holds a hidden region). Autograde: `StartChecks` (the
+judge decides each graded cell), `DecideByJudge` (verdicts become the cells' outputs, which
+SaveAutoGrades, formgrader and feedback read; no kernel runs).
 """
 
 from __future__ import annotations
@@ -27,7 +20,6 @@ from nbgrader.utils import compute_checksum
 from traitlets import Integer
 
 from course.grading.judge import checks
-from course.grading.nbgrader.feedback import BEGIN, hide_region
 from course.grading.sandbox.bubblewrap import sandbox_disabled
 
 UNSANDBOXED = "UNSANDBOXED"
@@ -53,12 +45,10 @@ def release_folder(preprocessor, resources) -> Path:
 
 
 class ForgetDuplicateIds(DeduplicateIds):
-    """nbgrader's DeduplicateIds, except that a duplicate loses its nbgrader metadata entirely.
-
-    nbgrader leaves `{}` behind, and OverwriteCells then reads a grade_id from it and fails: the
-    whole notebook scores 0. A learner who copies a test cell in JupyterLab copies its metadata
-    too, so this is an honest accident, not only an attack. The copy that keeps the id is restored
-    from the gradebook like any locked cell; the other is left as one of the learner's own cells."""
+    """nbgrader's DeduplicateIds, but a duplicate loses its nbgrader metadata entirely: nbgrader leaves
+    `{}`, on which OverwriteCells fails and the notebook scores 0 (a copied test cell is an honest
+    accident in JupyterLab).
+    """
 
     def preprocess_cell(self, cell, resources, cell_index):
         cell, resources = super().preprocess_cell(cell, resources, cell_index)
@@ -67,8 +57,27 @@ class ForgetDuplicateIds(DeduplicateIds):
         return cell, resources
 
 
+BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"  # nbgrader's test: any line holding these words
+PLACEHOLDER = "# hidden tests (not shown)"
+
+
+def hide_region(source: str) -> str:
+    """Every hidden-test region (an unclosed one runs to the end) replaced by one comment line."""
+    lines, hiding = [], False
+    for line in source.split("\n"):
+        if BEGIN in line:
+            hiding = True
+            lines.append(line[: len(line) - len(line.lstrip())] + PLACEHOLDER)
+        elif hiding:
+            hiding = END not in line
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
 class StripHiddenTests(NbGraderPreprocessor):
-    """After OverwriteCells restored them: hidden regions out again, a placeholder line in their place."""
+    """After OverwriteCells restored them: hidden regions out again, so neither the autograded
+    notebook nor the feedback HTML rendered from it holds one."""
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "code" and BEGIN in cell.source:
@@ -112,16 +121,16 @@ class StartChecks(NbGraderPreprocessor):
             with Gradebook(resources["nbgrader"]["db_url"]) as gb:
                 sources = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
             release = release_folder(self, resources)
-            built, full = checks.notebook_jobs(notebook, release, sources)
+            built = checks.notebook_jobs(notebook, release, sources)
             started = checks.start_checks({notebook: built}, submitted, release, self.timeout,
-                                          self.cell_timeout)[notebook], full
+                                          self.cell_timeout)[notebook]
         resources.setdefault("course", {})["pending"] = started
         return nb, resources
 
 
 # Checks a grading unit started for all of a student's notebooks at once, before nbgrader reaches
-# each one (course.grading.classes.unit): {(submitted folder, notebook): (pending checks, their sources)}.
-PRESTARTED: dict[tuple[Path, str], tuple[checks.PendingChecks, dict[str, str]]] = {}
+# each one (course.grading.classes.unit): {(submitted folder, notebook): its pending checks}.
+PRESTARTED: dict[tuple[Path, str], checks.PendingChecks] = {}
 
 
 class DecideByJudge(NbGraderPreprocessor):
@@ -129,7 +138,7 @@ class DecideByJudge(NbGraderPreprocessor):
     learner process (its output and error, as a kernel would show them)."""
 
     def preprocess(self, nb, resources):
-        pending, sources = resources["course"].pop("pending")
+        pending = resources["course"].pop("pending")
         verdicts = pending.results()
         runs = _runs_by_cell(pending.report() or [])
         for cell in nb.cells:
@@ -144,7 +153,6 @@ class DecideByJudge(NbGraderPreprocessor):
                 run = runs.get(cell.get("id")) or runs.get(grade_id) or runs.get(cell.source)
                 cell.outputs = _outputs(run) if run is not None else [
                     NotebookNode(output_type="stream", name="stdout", text=NOT_RUN)]
-        resources["course"]["verdicts"] = verdicts
         return nb, resources
 
 
@@ -225,8 +233,8 @@ def gradebook_problems(gb, assignment: str, notebook: str, release: Path, source
             problems.append(f"cell {grade_id!r} is missing")
             continue
         expected = solutions.get(grade_id) if meta.get("locked") and grade_id in solutions else None
-        released = checks.split_hidden(checks.cell_text(raw["source"]))[0]
-        if expected is not None and cell.source != expected or checks.split_hidden(cell.source)[0] != released:
+        released = checks.visible_lines(checks.cell_text(raw["source"]))
+        if expected is not None and cell.source != expected or checks.visible_lines(cell.source) != released:
             problems.append(f"cell {grade_id!r} has other source")
         node = nbformat.from_dict(raw)
         node.source = cell.source

@@ -1,22 +1,10 @@
-"""Where learner code runs while it is graded: one bubblewrap sandbox per process, nothing shared.
+"""One bubblewrap sandbox per grading process that holds learner code (or the judge).
 
-Grading runs a submission's code (its kernel, the checker of each graded cell, the checkpoint's
-worker and supplier processes). Inside the sandbox:
-
-* the file system is a whitelist: the system folders and the Python environment, read-only; the
-  course root, the gradebook, `solutions/`, other students' folders and the home folder are not
-  there at all, because they were never bound;
-* the only writable places are size-bounded tmpfs folders that vanish with the sandbox (the
-  working folder, `/tmp`, the kernel's socket folder), so nothing on the host can change;
-* the network is a private loopback (`--unshare-net`): the checkpoint's supplier still works,
-  nothing outside is reachable;
-* its own pid namespace: when its first process ends, every process it started ends too, and it
-  cannot see or signal the grader;
-* rlimits bound each process's memory, the number of tasks and the size of one file.
-
-If `bwrap` is missing or cannot create namespaces, grading refuses (SandboxUnavailable, with
-how to fix it). `COURSE_NO_SANDBOX=1` (set by `course autograde --no-sandbox`) runs learner code
-as plain child processes instead: an explicit instructor decision that every report line repeats.
+The file system is a whitelist (system folders and the Python environment, read-only; never the
+course root, the gradebook, `solutions/` or other students); only size-bounded tmpfs folders
+and a check's scratch folder are writable; a private loopback; its own pid namespace; rlimits.
+Without a working `bwrap` grading refuses (SandboxUnavailable); `COURSE_NO_SANDBOX=1`
+(`--no-sandbox`) runs plain processes, an instructor's decision every report line repeats.
 """
 
 from __future__ import annotations
@@ -65,10 +53,8 @@ class Sandbox:
 
     files: dict[str, str] = field(default_factory=dict)  # inside path -> host file (read-only)
     writable: dict[str, str] = field(default_factory=dict)  # inside folder -> host folder (read-write)
-    tmpfs: dict[str, int] = field(default_factory=dict)  # inside folder -> size in bytes
     env: dict[str, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
-    network: bool = False  # False: a private loopback only
     cgroup: Cgroup | None = None  # where root's processes are counted (see course.grading.sandbox.cgroup)
 
     def command(self, argv: list[str]) -> list[str]:
@@ -92,18 +78,14 @@ class Sandbox:
                 self.cgroup = None
 
     def bwrap_arguments(self) -> list[str]:
-        # No capabilities inside: root in its own user namespace could otherwise ptrace, and so read,
-        # the checker next to it (the seal's key), although the checker is not dumpable.
+        # No capabilities inside: root in its own user namespace could otherwise ptrace its neighbours.
         args = [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user", "--clearenv", "--cap-drop", "ALL"]
-        if self.network:
-            args.append("--share-net")
         # /tmp first, so that a course installed below /tmp (a clone there) is bound on top of it, not hidden.
         args += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         for folder in readable_folders():
             args += ["--ro-bind", folder, folder]
         args += ["--dev", "/dev", "--proc", "/proc"]
-        for inside, size in {WORKDIR: self.limits.workdir_bytes, **self.tmpfs}.items():
-            args += ["--size", str(size), "--tmpfs", inside]
+        args += ["--size", str(self.limits.workdir_bytes), "--tmpfs", WORKDIR]
         for inside, host in self.files.items():
             args += ["--ro-bind", host, inside]
         for inside, host in self.writable.items():
@@ -135,23 +117,13 @@ def base_environment() -> dict[str, str]:
         "PYTHONNOUSERSITE": "1",
         "MPLBACKEND": "Agg",
         "MPLCONFIGDIR": f"{WORKDIR}/.matplotlib",
-        "IPYTHONDIR": f"{WORKDIR}/.ipython",
-        "JUPYTER_CONFIG_DIR": f"{WORKDIR}/.jupyter",
-        "JUPYTER_DATA_DIR": f"{WORKDIR}/.local/share/jupyter",
-        "JUPYTER_RUNTIME_DIR": f"{WORKDIR}/.local/share/jupyter/runtime",
-        "JUPYTER_PLATFORM_DIRS": "1",
         NO_SANDBOX_VARIABLE: "",
-        "JPY_PARENT_PID": "1",  # ipykernel: no parent poller (pid 1 never goes away), no console banner
     }
 
 
 @cache
 def readable_folders() -> tuple[str, ...]:
-    """System folders, the Python installation and environment, and the course's packages.
-
-    The course packages (`src/` for an editable install) hold no hidden tests or solutions: those
-    live in the gradebook and in `solutions/`, which are never bound.
-    """
+    """System folders, the Python installation, and the course's packages (which hold no hidden test)."""
     import course
     import reference_organizations
     import sovereign_agent
@@ -172,12 +144,8 @@ def _package_roots(*packages) -> list[str]:
 
 @cache
 def course_bytecode() -> None:
-    """Write the course packages' bytecode, once per grading process, before the first sandbox.
-
-    Inside, the packages are read-only (and PYTHONDONTWRITEBYTECODE is set): a module without
-    up-to-date bytecode on disk is compiled again in every sandboxed process, some 40 processes a
-    student (kernels, check servers, the checkpoint's workers and suppliers). Where the packages
-    are not writable (an installed copy: pip compiled it), this does nothing."""
+    """Write the course packages' bytecode, once per grading process, before the first sandbox:
+    inside they are read-only, and a module without bytecode is compiled in every process."""
     import compileall
 
     import course

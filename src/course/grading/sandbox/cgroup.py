@@ -1,12 +1,8 @@
-"""A control group per sandbox: the bound on processes (and total memory) that holds for root too.
+"""A control group per sandbox: bounds on tasks, memory and CPU that hold for root too.
 
-RLIMIT_NPROC bounds the tasks of an ordinary user inside a user namespace, but not of root: when
-the grader runs as root (CI, a container, a teaching server) a fork bomb would only stop at the
-machine's limit. Where the cgroup file system is writable (root on most Linux machines) each
-sandbox gets its own group with `pids.max` and a memory ceiling; the sandbox's first process
-joins it before it execs bwrap, so everything it starts is counted; it also gets a bounded number
-of CPU cores (one for a kernel), so a submission that spins cannot starve the grading of the others. Elsewhere `Cgroup.create`
-returns None and the rlimits are the bound.
+RLIMIT_NPROC does not bind root, so where the cgroup file system is writable each sandbox gets a
+group (`pids.max`, a memory ceiling, a CPU quota) that its first process joins before it execs
+bwrap. Elsewhere `Cgroup.create` returns None and the rlimits are the bound.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Learner sandboxes: each learner process of a check in a bubblewrap sandbox of its own.
 
-What one holds: the system and the Python environment, read-only; the course's packages with the
-graded answers replaced by tripwires (course.grading.learner.tripwires); the student's submitted
-notebooks and the release, read-only, in its working folder and at /course/release; the check's
-scratch folder, read-write, at the same path as in the judge's sandbox (a database is passed by
-its path). Its own /tmp, pid, network, IPC and user namespaces: one learner process cannot see
-another's processes, files or sockets, nor the judge's, so what a hidden check passed to one
-cannot reach the learner process of another check. Its first process is pid 1 and the grader's
-grandchild (bwrap's child), so the grader signals it directly and reads its state in /proc.
-Learner processes are started by the grader only, for the judge (course.grading.judge.broker).
+It holds the system and the Python environment read-only, the course's packages with the graded
+answers replaced by tripwires, the submitted notebooks and the release read-only, and the check's
+scratch folder read-write (at the same path as in the judge's sandbox). Its own /tmp, pids,
+network and IPC: no learner process can reach another's, nor the judge's. Only the grader starts
+them (for the judge's broker).
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ from typing import Any
 
 from course.grading import wire
 from course.grading.learner.tripwires import overlays
+from course.grading.sandbox import reaper
 from course.grading.sandbox.bubblewrap import WORKDIR, Limits, Sandbox, sandbox_disabled
 
 RELEASE_INSIDE = "/course/release"
@@ -66,8 +63,8 @@ class Learner:
             return self.process.pid
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self.process.poll() is None:
-            init = _children(self.process.pid)
-            command = _children(init[0]) if init else []
+            init = reaper.children(self.process.pid)
+            command = reaper.children(init[0]) if init else []
             if command:
                 return command[0]
             time.sleep(0.005)
@@ -171,10 +168,3 @@ def _copied(submitted: Path, scratch: Path) -> Path:
         for path in Path(submitted).glob("*.ipynb"):
             shutil.copy(path, folder / path.name)
     return folder
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []

@@ -1,12 +1,7 @@
-"""Run one command and leave nothing of it running.
+"""Run one command and leave nothing of it running (`python -m course.grading.sandbox.reaper CMD...`).
 
-A graded submission may SIGKILL its kernel or start children in a new session; both outlive
-nbgrader. This supervisor makes itself a child subreaper (Linux prctl), so every orphaned
-descendant re-parents to it, and kills and reaps them all once the command exits. It runs as its
-own process (`python -m course.grading.sandbox.reaper CMD...`) so the caller (the CLI, pytest) never
-becomes a subreaper and none of the caller's own children are touched. A grading worker
-(course.grading.classes.unit.run: a pool process or a single-threaded Dask worker) does the same for
-itself after each student.
+As a child subreaper (Linux prctl) every orphaned descendant re-parents to it, and it kills and
+reaps them all once the command exits. A grading worker does the same after each student.
 """
 
 import ctypes
@@ -34,6 +29,23 @@ def descendants(root_pid):
         frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
         found |= frontier
     return found
+
+
+def children(pid):
+    """The pids whose parent is `pid` (Linux's /proc children list)."""
+    try:
+        return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        return []
+
+
+def kill_tree(pid):
+    """SIGKILL `pid` and everything below it."""
+    for victim in [pid, *descendants(pid)]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def kill_all_descendants(deadline_s=10.0):
