@@ -39,41 +39,25 @@ class Cgroup:
     def create(cls, tasks: int, memory_bytes: int, cores: int = 1) -> Cgroup | None:
         _remove_stale()
         name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"  # the creator's pid: see _remove_stale
-        try:
-            if (ROOT / "cgroup.controllers").exists():  # v2: one tree
-                folder = ROOT / name
+        quota = cores * CPU_PERIOD
+        if (ROOT / "cgroup.controllers").exists():  # v2: one folder holds every controller
+            plan = {ROOT / name: {"pids.max": tasks, "memory.max": memory_bytes, "cpu.max": f"{quota} {CPU_PERIOD}"}}
+        else:  # v1: a tree per controller
+            plan = {ROOT / "pids" / name: {"pids.max": tasks}, ROOT / "memory" / name: {"memory.limit_in_bytes": memory_bytes},
+                    ROOT / "cpu" / name: {"cpu.cfs_period_us": CPU_PERIOD, "cpu.cfs_quota_us": quota}}
+        group = cls([])
+        for first, (folder, settings) in zip((True, False, False), plan.items()):
+            try:
                 folder.mkdir()
-                group = cls([folder])
-                _write(folder / "pids.max", tasks)
-                if (folder / "memory.max").exists():
-                    _write(folder / "memory.max", memory_bytes)
-                if (folder / "cpu.max").exists():
-                    _write(folder / "cpu.max", f"{cores * CPU_PERIOD} {CPU_PERIOD}")
-                return group
-            pids = ROOT / "pids" / name
-            pids.mkdir()
-            group = cls([pids])
-            _write(pids / "pids.max", tasks)
-            memory = ROOT / "memory" / name
-            try:
-                memory.mkdir()
-                group.folders.append(memory)
-                _write(memory / "memory.limit_in_bytes", memory_bytes)
+                group.folders.append(folder)
+                for file, value in settings.items():
+                    if file == "pids.max" or (folder / file).exists():
+                        _write(folder / file, value)
             except OSError:
-                pass  # the pids bound is the one that matters for a fork bomb
-            cpu = ROOT / "cpu" / name
-            try:
-                cpu.mkdir()
-                group.folders.append(cpu)
-                _write(cpu / "cpu.cfs_period_us", CPU_PERIOD)
-                _write(cpu / "cpu.cfs_quota_us", cores * CPU_PERIOD)
-            except OSError:
-                pass
-            return group
-        except OSError:
-            if "group" in locals():
-                group.remove()
-            return None
+                if first:  # the pids bound is the one that matters for a fork bomb; the others are a bonus
+                    group.remove()
+                    return None
+        return group
 
     def join_command(self) -> list[str]:
         """`sh` joins every group with its own pid, then execs the rest of the command line."""
