@@ -32,12 +32,14 @@ test: $(STAMP)
 release: $(STAMP)
 	$(BIN)/course release
 
-# JOBS=N students at once (default: one per core); DB_URL=postgresql://... for a gradebook on a server.
+# JOBS=N students at once (default: one per core); FORCE=1 grades again the students the gradebook
+# already holds; DB_URL=postgresql://... for a gradebook on a server.
 JOBS ?=
+FORCE ?=
 DB_URL ?=
 DB_OPTION = $(if $(DB_URL),--db-url '$(DB_URL)')
 autograde: $(STAMP)
-	$(BIN)/course autograde $(if $(JOBS),--jobs $(JOBS)) $(DB_OPTION)
+	$(BIN)/course autograde $(if $(JOBS),--jobs $(JOBS)) $(if $(FORCE),--force) $(DB_OPTION)
 
 feedback: $(STAMP)
 	$(BIN)/course feedback $(DB_OPTION)

@@ -59,8 +59,7 @@ def serial_nbgrader(root: Path, students: list[str]) -> float:
 def course_autograde(root: Path, jobs: int) -> float:
     command = [str(Path(sys.executable).parent / "course"), "autograde", "--root", str(root), "--jobs", str(jobs), "--force"]
     start = time.monotonic()
-    done = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PATH": commands.venv_path(os.environ.get("PATH", ""))})
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
     seconds = time.monotonic() - start
     if done.returncode:
         sys.exit(f"course autograde --jobs {jobs} failed: {done.stderr[-2000:]}")

@@ -21,6 +21,7 @@ from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER
 from sovereign_agent.assistant_orders import SpendingPolicy, approve, execute, propose
 from sovereign_agent.assistant_work import Claim, assert_current, claim, enqueue
 from reference_organizations.children import alive
+from course.grading.sandbox.cgroup import LABEL_VARIABLE
 from sovereign_agent.database import Database
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
 
@@ -61,10 +62,15 @@ def assert_nothing_left(
     assert not left, f"processes left running: {left}"
 
 
+# Every grading process this test run starts names its sandboxes' cgroups with this label, so a test
+# judges only the groups of its own run, not those of another grader on the same machine.
+os.environ[LABEL_VARIABLE] = RUN_LABEL = f"pytest{os.getpid()}"
+
+
 def sandbox_cgroups() -> set[str]:
-    """The grading sandboxes' cgroups on this machine (none where the cgroup file system is absent)."""
+    """The cgroups of this test run's grading sandboxes (none where the cgroup file system is absent)."""
     root = Path("/sys/fs/cgroup")
-    return {str(p) for p in root.glob("**/course-grading-*")} if root.exists() else set()
+    return {str(p) for p in root.glob("**/course-grading-*") if RUN_LABEL in p.name} if root.exists() else set()
 
 
 def nbgrader_metadata(grade_id: str, *, grade=False, solution=False, locked=False, points=None) -> dict:

@@ -407,7 +407,7 @@ def test_a_notebook_nbgrader_drops_mid_grading_leaves_no_check_running_behind(co
     nbformat.write(nb, slow / "toy.ipynb")
     before = sandbox_cgroups()
     done = subprocess.run([sys.executable, "-c", WORKER_THAT_FAILS_A_NOTEBOOK, str(root), str(slow)], capture_output=True,
-                          text=True, timeout=300, check=False, env={**os.environ, "PATH": commands.venv_path(os.environ["PATH"])})
+                          text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     reasons = json.loads(done.stdout.strip().splitlines()[-1])
     assert sorted(reasons) == ["toy/hidden", "toy/visible"], reasons  # the notebook is reported, not graded
@@ -441,6 +441,30 @@ def test_the_cgroup_of_a_grader_killed_mid_student_is_removed_by_the_next_one():
     finally:
         maker.kill()
         maker.wait(10)
+
+
+def test_a_test_judges_only_the_cgroups_of_its_own_run():
+    """Another grader on the machine (a second course copy) makes groups while the tests run; the
+    tests' count of groups left behind must not include them."""
+    from course.grading.sandbox.cgroup import LABEL_VARIABLE, Cgroup
+
+    mine = Cgroup.create(16, 256 * 1024 * 1024)
+    if mine is None:
+        pytest.skip("no writable cgroup file system here (not root): sandboxes are bound by rlimits")
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom course.grading.sandbox.cgroup import Cgroup\n"
+         "group = Cgroup.create(16, 256 * 1024 * 1024)\nprint(*group.folders, flush=True)\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, LABEL_VARIABLE: "anothercourse"})
+    try:
+        theirs = other.stdout.readline().split()
+        assert theirs and all(Path(f).is_dir() for f in theirs)
+        counted = sandbox_cgroups()
+        assert {str(f) for f in mine.folders} <= counted and not counted & set(theirs)
+    finally:
+        mine.remove()
+        other.kill()
+        other.wait(10)
+        Cgroup.create(16, 256 * 1024 * 1024).remove()  # removes the killed grader's groups
 
 
 def test_a_grader_started_through_a_folder_the_sandbox_lacks_still_runs_its_checks(tmp_path):

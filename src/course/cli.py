@@ -114,13 +114,20 @@ DB_URL = click.option(
     help="The gradebook's SQLAlchemy URL, e.g. postgresql://user@host/grades (default: gradebook.db here).")
 
 
+COURSE_ROOT = click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=Path("."),
+                           show_default=True, help="The course folder (holds nbgrader_config.py).")
+
+
 @main.command()
-def release() -> None:
+@COURSE_ROOT
+def release(root: Path) -> None:
     """Generate the learner release (notebooks/ch12) from the solutions, outputs stripped."""
     from course.grading.nbgrader import commands
 
     with _one_sentence(commands.NbgraderError):
-        commands.release()
+        paths = commands.release(root=root)
+    click.echo(f"Released {len(paths)} notebook(s) into {paths[0].parent if paths else root}: "
+               f"{', '.join(p.name for p in paths)}.")
 
 
 @main.command()
@@ -133,11 +140,10 @@ def release() -> None:
               help="Students graded at once on this machine (default: the number of cores).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Grade on a Dask cluster instead (needs the [cluster] extra); results are recorded here.")
-@click.option("--root", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="The course folder (holds nbgrader_config.py; default: this repository).")
+@COURSE_ROOT
 @DB_URL
 def autograde(submitted: Path | None, no_sandbox: bool, force: bool, jobs: int | None, scheduler: str | None,
-              root: Path | None) -> None:
+              root: Path) -> None:
     """Autograde every submission, each in its own sandbox; print and save (grading-report.csv) a report."""
     from course.grading.classes.autograde import autograde as grade_class
     from course.grading.nbgrader import commands
@@ -145,29 +151,34 @@ def autograde(submitted: Path | None, no_sandbox: bool, force: bool, jobs: int |
 
     with _one_sentence(SandboxUnavailable, commands.NbgraderError, RuntimeError):
         grade_class(submitted, force=force, sandbox=not no_sandbox, jobs=jobs, scheduler=scheduler,
-                    root=root or commands.REPO_ROOT)
+                    root=root)
 
 
 @main.command()
+@COURSE_ROOT
 @DB_URL
-def feedback() -> None:
-    """Feedback HTML for every student, with hidden tests removed."""
+def feedback(root: Path) -> None:
+    """Feedback HTML for every graded student (hidden tests are in none)."""
     from course.grading.nbgrader import commands
 
     with _one_sentence(commands.NbgraderError):
-        commands.feedback()
+        paths = commands.feedback(root=root)
+    students = sorted({p.parent.parent.name for p in paths})
+    click.echo(f"Feedback for {len(students)} student(s) in {Path(root).resolve() / 'feedback'}: {len(paths)} HTML file(s).")
 
 
 @main.command()
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("grades.csv"),
               show_default=True)
+@COURSE_ROOT
 @DB_URL
-def grades(output: Path) -> None:
-    """Export the gradebook as CSV."""
+def grades(output: Path, root: Path) -> None:
+    """Export the gradebook as CSV, one row per student, sorted by student."""
     from course.grading.nbgrader import commands
 
     with _one_sentence(commands.NbgraderError):
-        commands.export_grades(output)
+        path = commands.export_grades(output, root=root)
+    click.echo(f"Grades of the gradebook written to {path}.")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

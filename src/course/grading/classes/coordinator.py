@@ -27,9 +27,6 @@ def definition(root: Path, url: str, assignment: str) -> Assignment:
     from nbgrader.api import Gradebook
     from sqlalchemy import text
 
-    from course.grading.nbgrader.commands import venv_path
-
-    os.environ["PATH"] = venv_path(os.environ.get("PATH", ""))  # for nbgrader's `alembic`, in this process
     root = Path(root)
     release = {p.name: p.read_bytes() for p in sorted((root / "notebooks" / assignment).glob("*.ipynb"))}
     with tempfile.TemporaryDirectory(prefix="ch12-definition-") as scratch:

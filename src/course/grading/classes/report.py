@@ -24,7 +24,7 @@ SIGNS = {
     "disk_limit": (("No space left on device", "File too large"), "filled its scratch folder"),
     "course_answer": (("CourseAnswerUsed", "the course's own `"), "called the course's own answer"),
 }
-COLUMNS = ["student", "score", "max_score", "seconds", "sandboxed", *SIGNS, "reason"]
+COLUMNS = ["student", "score", "max_score", "by_hand", "seconds", "sandboxed", *SIGNS, "reason"]
 
 
 def findings(folder: Path) -> dict[str, int]:
@@ -62,20 +62,24 @@ def report_lines(results) -> list[str]:
     width = max([len("student"), *(len(r.student) for r in results)])
     lines = [f"{'student':<{width}}  {'score':>9}  {'secs':>6}  what grading saw"]
     for r in results:
-        lines.append(f"{r.student:<{width}}  {r.score:>4g}/{r.max_score:<4g}  {r.seconds:>6}  {reason(r)}")
+        waiting = f" ({r.by_hand:g} to grade by hand)" if r.by_hand else ""
+        lines.append(f"{r.student:<{width}}  {r.score:>4g}/{r.max_score:<4g}  {r.seconds:>6}  {reason(r)}{waiting}")
     return lines
 
 
 def write_report(path: Path, results) -> Path:
+    """Merge `results` into the CSV at `path`: every student ever graded, the latest line each."""
+    rows = {}
+    if Path(path).is_file():
+        with open(path, newline="") as handle:
+            rows = {row["student"]: row for row in csv.DictReader(handle) if row.get("student")}
+    for r in results:
+        rows[r.student] = {"student": r.student, "score": r.score, "max_score": r.max_score, "by_hand": r.by_hand,
+                           "seconds": r.seconds, "sandboxed": r.sandboxed, **r.findings, "reason": reason(r)}
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, restval="", extrasaction="ignore")
         writer.writeheader()
-        for r in results:
-            writer.writerow({
-                "student": r.student, "score": r.score, "max_score": r.max_score, "seconds": r.seconds,
-                "sandboxed": r.sandboxed, **r.findings,
-                "reason": reason(r),
-            })
+        writer.writerows(rows[student] for student in sorted(rows))
     return path
 
 

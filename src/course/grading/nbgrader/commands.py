@@ -5,6 +5,7 @@ course.grading.sandbox.reaper so nothing a submission starts survives. Autograde
 (course.grading.classes.autograde); it uses `check_gradebook` and `record_assignment` from here.
 """
 
+import csv
 import os
 import re
 import sqlite3
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 
-from course.grading.nbgrader.gradebook import db_url
+from course.grading.nbgrader.gradebook import alembic_on_path, db_url
 from course.grading.sandbox.bubblewrap import NO_SANDBOX_VARIABLE
 
 ASSIGNMENT = "ch12"
@@ -33,19 +34,13 @@ def run_nbgrader(root, *args, check=True, sandbox=True):
     """`nbgrader ARGS` under the reaper in `root`, with this environment's bin first on PATH
     (nbgrader runs `alembic` by name); `sandbox=False` is the instructor's --no-sandbox.
     """
-    env = dict(os.environ)
-    env[NO_SANDBOX_VARIABLE] = "" if sandbox else "1"
-    env["PATH"] = venv_path(env.get("PATH", ""))
+    env = {**os.environ, NO_SANDBOX_VARIABLE: "" if sandbox else "1"}
+    alembic_on_path(env)
     cmd = [sys.executable, "-m", "course.grading.sandbox.reaper", sys.executable, "-m", "nbgrader", *args]
     proc = subprocess.run(cmd, check=False, cwd=root, env=env, capture_output=True, text=True)
     if check and proc.returncode:
         raise NbgraderError(f"nbgrader {args[0]} failed: {cause(proc.stderr)}")
     return proc
-
-
-def venv_path(path: str) -> str:
-    """PATH with this environment's bin first: nbgrader runs `alembic` by name when it creates a gradebook."""
-    return os.pathsep.join([str(Path(sys.executable).parent), path])
 
 
 def cause(log: str) -> str:
@@ -90,9 +85,16 @@ def feedback(root=REPO_ROOT):
 
 
 def export_grades(path="grades.csv", root=REPO_ROOT):
-    """Export the gradebook to CSV at `path` (relative to the caller's directory)."""
+    """Export the gradebook to CSV at `path` (relative to the caller's directory), sorted by student."""
     path = Path(path).resolve()
     run_nbgrader(root, "export", "--to", str(path))
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields, rows = reader.fieldnames or [], sorted(reader, key=lambda row: (row.get("student_id", ""), row.get("assignment", "")))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
     return path
 
 

@@ -8,7 +8,7 @@ from nbgrader.preprocessors import (
     IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades,
 )
 
-from course.grading.nbgrader.gradebook import db_url
+from course.grading.nbgrader.gradebook import alembic_on_path, db_url
 from course.grading.nbgrader.preprocessors import (
     DecideByJudge, ForgetDuplicateIds, StartChecks, StripHiddenTests, VerifyGradebook,
 )
@@ -19,6 +19,7 @@ ASSIGNMENT = "ch12"
 def configure(c, root):
     """Fill the traitlets config `c` for the course rooted at `root`."""
     root = Path(root).resolve()
+    alembic_on_path()  # every nbgrader command loads this file before it may create a gradebook
     c.CourseDirectory.course_id = "crash-recovery"
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.source_directory = "solutions"

@@ -1,0 +1,120 @@
+"""The instructor's grading commands, run as an instructor runs them: the installed `course` and
+`nbgrader` commands, from the course folder, with an ordinary PATH (the environment not activated).
+
+A toy course (tests/test_grading_tools.build_course): one notebook, 3 autograded points and one
+written answer worth 1 point, graded by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from test_grading_tools import build_course, submit
+from test_postgres_gradebook import ordinary_path
+
+pytestmark = pytest.mark.slow
+BIN = Path(os.path.normpath(sys.executable)).parent
+ROOT = Path(__file__).resolve().parents[1]
+RIGHT, HALF = "def double(x):\n    return 2 * x", "def double(x):\n    return 2 * x if x < 10 else 0"
+
+
+def course_command(root: Path, *args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(BIN / "course"), *args], cwd=root, capture_output=True, text=True, timeout=600,
+                          env=ordinary_path())
+    assert done.returncode == 0, f"course {args[0]} failed: {done.stderr[-2000:]}"
+    return done
+
+
+def report(root: Path) -> dict[str, dict[str, str]]:
+    with open(root / "grading-report.csv", newline="") as handle:
+        return {row["student"]: row for row in csv.DictReader(handle)}
+
+
+def stamped(gradebook: Path) -> bool:
+    with closing(sqlite3.connect(gradebook)) as db:
+        return db.execute("SELECT count(*) FROM sqlite_master WHERE name='alembic_version'").fetchone()[0] == 1
+
+
+@pytest.fixture
+def toy(tmp_path):
+    root = tmp_path / "course"
+    root.mkdir()
+    build_course(root)
+    released = course_command(root, "release")
+    assert "Released 1 notebook(s)" in released.stdout and (root / "notebooks" / "ch12" / "toy.ipynb").is_file()
+    submit(root, "solid", RIGHT)
+    return root
+
+
+def test_a_gradebook_left_half_made_is_finished_and_graded_into(toy):
+    """nbgrader makes a gradebook's tables, then runs `alembic` by name to stamp their version; an
+    instructor without the environment on PATH got the tables only, and every later autograde died."""
+    (toy / "gradebook.db").unlink()  # as on a fresh clone: no gradebook yet
+    half = subprocess.run([str(BIN / "python"), "-c", "from nbgrader.api import Gradebook; Gradebook('sqlite:///gradebook.db')"],
+                          cwd=toy, capture_output=True, text=True, timeout=120, env=ordinary_path())
+    assert "alembic" in half.stderr and not stamped(toy / "gradebook.db"), "the half-made gradebook, as nbgrader leaves it"
+
+    done = course_command(toy, "autograde", "--jobs", "1")
+    assert "half-made" in done.stdout and stamped(toy / "gradebook.db")
+    assert report(toy)["solid"]["score"] == "3.0"
+
+
+def test_plain_nbgrader_makes_a_stamped_gradebook_without_the_environment_on_path(toy):
+    """nbgrader_config.py puts the environment's bin on PATH for every nbgrader command."""
+    done = subprocess.run([str(BIN / "nbgrader"), "db", "student", "add", "someone"], cwd=toy, capture_output=True,
+                          text=True, timeout=120, env=ordinary_path())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert stamped(toy / "gradebook.db")
+
+
+def test_a_new_gradebook_grades_everyone_and_the_report_keeps_every_student(toy):
+    first = course_command(toy, "autograde", "--jobs", "1")
+    assert "(1 to grade by hand)" in first.stdout, "the summary names the points left for manual grading"
+    assert report(toy)["solid"]["by_hand"] == "1.0"
+
+    # A new gradebook (moving to a server, say): autograded/solid exists, the gradebook has nobody.
+    (toy / "gradebook.db").rename(toy / "old-gradebook.db")
+    submit(toy, "partial", HALF)
+    again = course_command(toy, "autograde", "--jobs", "1")
+    assert "not graded again" not in again.stdout, "a student the gradebook does not hold is graded"
+    with closing(sqlite3.connect(toy / "gradebook.db")) as db:
+        held = {row[0] for row in db.execute("SELECT student.id FROM submitted_assignment JOIN student "
+                                               "ON student.id = submitted_assignment.student_id")}
+    assert held == {"solid", "partial"}
+
+    # Nothing new: both are skipped, and the command says how to grade them again.
+    skipped = course_command(toy, "autograde", "--jobs", "1")
+    assert "2 student(s) already in the gradebook were not graded again" in skipped.stdout
+    assert "FORCE=1" in skipped.stdout
+    assert sorted(report(toy)) == ["partial", "solid"], "the report keeps every student ever graded"
+    assert report(toy)["partial"]["score"] == "1.0" and report(toy)["solid"]["score"] == "3.0"
+
+    forced = course_command(toy, "autograde", "--jobs", "1", "--force")
+    assert "not graded again" not in forced.stdout and "partial" in forced.stdout and "solid" in forced.stdout
+
+
+def test_make_passes_force_and_grades_come_out_sorted(toy, tmp_path):
+    dry = subprocess.run(["make", "-n", "-C", str(ROOT), "autograde", "FORCE=1", "JOBS=3"], capture_output=True,
+                         text=True, timeout=60, env=ordinary_path())
+    command = next(line for line in dry.stdout.splitlines() if "course autograde" in line)
+    assert "--force" in command.split() and "--jobs 3" in command
+    for student in ("zoe", "adam"):
+        submit(toy, student, RIGHT)
+    course_command(toy, "autograde", "--jobs", "2")
+    done = course_command(toy, "grades", "--output", str(tmp_path / "grades.csv"))
+    assert str(tmp_path / "grades.csv") in done.stdout
+    with open(tmp_path / "grades.csv", newline="") as handle:
+        assert [row["student_id"] for row in csv.DictReader(handle)] == ["adam", "solid", "zoe"]
+    feedback = course_command(toy, "feedback")
+    assert "Feedback for 3 student(s)" in feedback.stdout
+    assert sorted(p.name for p in (toy / "feedback").iterdir()) == ["adam", "solid", "zoe"]
+    shutil.rmtree(toy / "feedback")
