@@ -58,7 +58,8 @@ def jupyter_lab(root: Path, *, instructor: bool, extra: list[str] | None = None)
     # nbgrader runs `alembic` (and Validate runs `nbgrader`) by name: the environment's scripts first
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *filter(None, env.get("PATH", "").split(os.pathsep))])
     if instructor:
-        command += [f"--ServerApp.root_dir={root}", "--ServerApp.default_url=/formgrader"]
+        # LabApp's own default_url (/lab, the Launcher) would win over the server's.
+        command += [f"--ServerApp.root_dir={root}", "--LabApp.default_url=/formgrader"]
     else:
         folder = root / WORK / ASSIGNMENT
         command.append(f"--ServerApp.root_dir={folder}")

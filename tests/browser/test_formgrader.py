@@ -44,8 +44,9 @@ def test_formgrader_lists_the_assignment_and_shows_written_answers(tmp_path, pag
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
         submission_id = gradebook.find_submission_notebook("01_claims", "ch12", "alice").id
     with LabServer(tmp_path / "server", course=root, instructor=True).running() as server:
-        page.goto(f"{server.url}/formgrader?token={server.token}", timeout=90_000)
+        page.goto(f"{server.url}/?token={server.token}", timeout=90_000)  # what `make formgrader` opens
         page.get_by_text("ch12", exact=True).first.wait_for(timeout=60_000)
+        assert "/formgrader" in page.url, f"`make formgrader` opened {page.url}, not the formgrader"
         screenshot(page, output_path, "formgrader-assignments.png")
         assert ERROR_PAGE not in page.content()
 
