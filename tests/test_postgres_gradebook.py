@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from course.grading.nbgrader import commands
-from course.grading.nbgrader.gradebook import DB_URL_VARIABLE
 from test_grading_tools import build_course, submit
 
 pytest.importorskip("psycopg", reason="the postgresql extra is part of the test install")
@@ -102,16 +101,15 @@ def ordinary_path() -> dict[str, str]:
     return {**os.environ, "PATH": os.pathsep.join(path)}
 
 
-def test_a_class_graded_into_postgresql_is_exported_by_make_grades(postgres, tmp_path, monkeypatch):
+def test_a_class_graded_into_postgresql_is_exported_by_make_grades(postgres, tmp_path):
     """A new gradebook on a server, made by `course autograde` as an instructor runs it (nbgrader
     creates the schema with `alembic`, which is not on their PATH), exported by `make grades`."""
     url, _ = postgres
     root = tmp_path / "course"
     root.mkdir()
     build_course(root)
-    with monkeypatch.context() as scoped:  # the release records the assignment in the server's gradebook
-        scoped.setenv(DB_URL_VARIABLE, url)
-        commands.release(root=root)
+    commands.release(root=root)
+    (root / "gradebook.db").unlink()  # the class moves to the (empty) server: autograde makes its gradebook there
     for student, (solution, _) in CLASS.items():
         submit(root, student, solution)
     course = Path(os.path.normpath(sys.executable)).parent / "course"
