@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: lab formgrader test release autograde feedback grades benchmark checkpoint cleanup clean
+.PHONY: lab formgrader test release release-exchange collect autograde feedback return-feedback grades benchmark checkpoint cleanup clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
@@ -32,6 +32,14 @@ test: $(STAMP)
 release: $(STAMP)
 	$(BIN)/course release
 
+# The exchange (nbgrader_config.py: exchange/ here, or $COURSE_EXCHANGE on a hub): learners fetch the
+# assignment and submit from the Assignments tab; collect copies their submissions into submitted/.
+release-exchange: $(STAMP)
+	$(BIN)/nbgrader release_assignment ch12 --force
+
+collect: $(STAMP)
+	$(BIN)/nbgrader collect ch12 --update
+
 # JOBS=N students at once (default: one per core); FORCE=1 grades again the students the gradebook
 # already holds; DB_URL=postgresql://... for a gradebook on a server.
 JOBS ?=
@@ -43,6 +51,10 @@ autograde: $(STAMP)
 
 feedback: $(STAMP)
 	$(BIN)/course feedback $(DB_OPTION)
+
+# Feedback HTML into the exchange, for learners to fetch from the Assignments tab.
+return-feedback: $(STAMP)
+	$(BIN)/nbgrader release_feedback ch12
 
 GRADES ?= grades.csv
 grades: $(STAMP)

@@ -1,5 +1,6 @@
 """The course's nbgrader settings, built from a root path so tests can grade a toy course."""
 
+import os
 from pathlib import Path
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
@@ -14,13 +15,21 @@ from course.grading.nbgrader.preprocessors import (
 )
 
 ASSIGNMENT = "ch12"
+COURSE_ID = "crash-recovery"
+EXCHANGE_VARIABLE = "COURSE_EXCHANGE"  # a hub's shared exchange folder; one machine: exchange/ in the course
+
+
+def exchange_root(root: Path) -> str:
+    """Where nbgrader's exchange is: $COURSE_EXCHANGE, else exchange/ in the course folder."""
+    return os.environ.get(EXCHANGE_VARIABLE) or str(Path(root).resolve() / "exchange")
 
 
 def configure(c, root):
     """Fill the traitlets config `c` for the course rooted at `root`."""
     root = Path(root).resolve()
     alembic_on_path()  # every nbgrader command loads this file before it may create a gradebook
-    c.CourseDirectory.course_id = "crash-recovery"
+    c.CourseDirectory.course_id = COURSE_ID
+    c.Exchange.root = exchange_root(root)  # release, collect and feedback go through it (see the README)
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.source_directory = "solutions"
     c.CourseDirectory.release_directory = "notebooks"
