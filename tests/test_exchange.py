@@ -26,8 +26,8 @@ def make_command(target: str) -> list[str]:
     """The command a Makefile target runs (from a dry run), to run it in the toy course."""
     dry = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True, timeout=60,
                          env=ordinary_path())
-    line = next(line for line in dry.stdout.splitlines() if "/nbgrader " in line)
-    return line.split()
+    program, *args = next(line for line in dry.stdout.splitlines() if "/nbgrader " in line).split()
+    return [str(ROOT / program), *args]  # the Makefile names it relative to the repository
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
