@@ -78,7 +78,7 @@ def test_plain_nbgrader_makes_a_stamped_gradebook_without_the_environment_on_pat
 
 def test_a_new_gradebook_grades_everyone_and_the_report_keeps_every_student(toy):
     first = course_command(toy, "autograde", "--jobs", "1")
-    assert "(1 to grade by hand)" in first.stdout, "the summary names the points left for manual grading"
+    assert "Graded normally. 1 points to grade by hand." in first.stdout, "the summary names what waits for manual grading"
     assert report(toy)["solid"]["by_hand"] == "1.0"
 
     # A new gradebook (moving to a server, say): autograded/solid exists, the gradebook has nobody.

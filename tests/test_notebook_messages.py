@@ -183,3 +183,48 @@ def test_the_paused_check_shows_its_specific_hint_before_the_general_verdict(tmp
     assert error.ename == "CheckFailed" and said.startswith("After SIGCONT the old worker's refused writes were []")
     assert "a fence that compares owner labels only would accept them" in said, said
     assert "(revisit `assert_current` in 02_fencing" in said
+
+
+def run_in_a_kernel(name: str, answers: dict[str, str], last: str, skip: tuple[str, ...] = ()) -> str:
+    """In a real kernel: the setup cells and the answer cells of solutions/`name` (`answers`
+    replaces some: grade_id -> source; `skip` leaves some unrun, as after a restart), then the
+    cell `last`. Returns what `last` printed, errors included."""
+    notebook = nbformat.read(SOLUTIONS / name, as_version=4)
+    chosen = [c for c in notebook.cells if c.cell_type == "code" and ("setup" in c.metadata.get("tags", []) or (
+        meta(c).get("solution") and meta(c)["grade_id"] not in skip))]
+    target = next(c for c in notebook.cells if meta(c).get("grade_id") == last)
+    cells = [nbformat.v4.new_code_cell(answers.get(meta(c).get("grade_id"), c.source)) for c in chosen + [target]]
+    run = nbformat.v4.new_notebook(cells=cells, metadata=notebook.metadata)
+    NotebookClient(run, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(SOLUTIONS)}}).execute()
+    return "\n".join(o.get("text", "") or f"{o.get('ename')}: {o.get('evalue')}" for o in run.cells[-1].outputs)
+
+
+def stub(signature: str) -> str:
+    return f"{signature}\n    raise NotImplementedError()"
+
+
+def test_an_observation_names_the_function_that_is_actually_missing():
+    only_finish = run_in_a_kernel("02_fencing.ipynb", {"finish": stub("def finish(db, work, status, result):")},
+                                  "observe_stale_writes")
+    assert "write `finish` in its cell above" in only_finish and "`observe` and" not in only_finish, only_finish
+    only_copy = run_in_a_kernel("02_fencing.ipynb", {"exercise_unfenced_observe": stub(
+        "def observe_without_fence(db, work, message):")}, "observe_exercise3")
+    assert "write `observe_without_fence`" in only_copy and "release_stale_response" not in only_copy, only_copy
+
+
+def test_a_refusal_that_follows_a_noted_difference_is_explained_not_a_traceback():
+    unfenced_finish = '''def finish(db, work, status, result):
+    with db.immediate() as connection:
+        connection.execute("UPDATE assistant_work SET status=?, result=?, expires=NULL WHERE id=?",
+                           (status, result, work.id))'''
+    printed = run_in_a_kernel("02_fencing.ipynb", {"finish": unfenced_finish}, "observe_stale_writes")
+    assert "completion accepted" in printed and "Note: your fence accepted the old holder's completion" in printed
+    assert "Then your fence refused a later write" in printed and "PermissionError:" not in printed, printed
+
+
+def test_a_test_after_a_kernel_restart_says_run_the_cell_not_write_it():
+    printed = run_in_a_kernel("02_fencing.ipynb", {}, "test_finish", skip=("finish",))
+    assert "`finish` is not defined in this kernel" in printed and "not implemented yet" not in printed, printed
+    stubbed = run_in_a_kernel("02_fencing.ipynb", {"finish": stub("def finish(db, work, status, result):")}, "test_finish")
+    assert "not implemented yet: write `finish`" in stubbed, stubbed

@@ -16,6 +16,7 @@ harnesses that force an unlucky interleaving, built on `interleave`.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sqlite3
 import sys
 import tempfile
@@ -71,25 +72,69 @@ def is_stub(value: object) -> bool:
     return isinstance(code, types.CodeType) and code.co_names == ("NotImplementedError",)
 
 
+def not_run(name: str) -> str:
+    """The sentence for a function whose cell has not run in this kernel (after a restart, say)."""
+    return (f"`{name}` is not defined in this kernel: its cell has not run since the kernel started. Run it "
+            "(Run > Run All Above runs every cell above this one)")
+
+
+def _ran_its_cell(namespace: Mapping[str, Any], name: str) -> bool:
+    """Whether a cell this kernel ran defines `name` (IPython keeps the inputs it ran in `In`;
+    where there is no `In`, as at grading, assume it ran)."""
+    ran = namespace.get("In")
+    if not isinstance(ran, list):
+        return True
+    defines = re.compile(rf"^\s*(?:def|class)\s+{re.escape(name)}\b|^\s*{re.escape(name)}\s*(?::[^=]*)?=", re.M)
+    return any(isinstance(source, str) and defines.search(source) for source in ran)
+
+
 def require_written(namespace: Mapping[str, Any], *names: str) -> None:
-    """Stop a test with the "not implemented yet" sentence if one of `names` is still a stub.
+    """Stop a test with the "not implemented yet" sentence if one of `names` is still a stub, or
+    with "not defined in this kernel" if its cell has not run here.
 
     `namespace` is the cell's `globals()`; a class whose stub raised while it was defined
     (nbgrader's stub in a class body) is simply missing from it.
     """
     for name in names:
         value = namespace.get(name)
+        if value is None and not _ran_its_cell(namespace, name):
+            raise CheckFailed(not_run(name))
         if value is None or is_stub(value):
             raise CheckFailed(not_implemented(name))
 
 
+def stub_name(error: BaseException) -> str:
+    """The innermost of nbgrader's stubs that `error` (a NotImplementedError) came out of, or ""."""
+    found, trace = "", error.__traceback__
+    while trace is not None:
+        if is_stub(trace.tb_frame.f_code):
+            found = trace.tb_frame.f_code.co_name
+        trace = trace.tb_next
+    return found or str(getattr(error, "stub", "") or "")
+
+
+_noted: list[str] = []  # what `unexpected` said in the observation running now
+
+
 @contextmanager
 def observation(name: str) -> Iterator[None]:
-    """Run an observation; if the learner's function is still a stub, say so and carry on."""
+    """Run an observation. If a function it calls is still a stub, name that one (`name` is the
+    cell's own, said when none can be found) and carry on. If the learner's fence refuses a write
+    after the cell already went differently from the text (a note said so), explain the refusal
+    instead of ending in a traceback."""
+    _noted.clear()
     try:
         yield
-    except NotImplementedError:
-        print(wrap(not_implemented(name) + ", then run this cell again."))
+    except NotImplementedError as error:
+        print(wrap(not_implemented(stub_name(error) or name) + ", then run this cell again."))
+    except PermissionError as error:
+        if not _noted:
+            raise
+        print(wrap(f"Then your fence refused a later write ({error}). That follows from the difference noted "
+                   "above: the earlier write changed the row the later one needed. Fix that first; the test "
+                   "below explains."))
+    finally:
+        _noted.clear()
 
 
 @contextmanager
@@ -109,6 +154,7 @@ def unexpected(as_told: object, message: str) -> None:
     """In an observation: when the learner's code made the result differ from the text around
     the cell (`as_told` is false), say so right under the output."""
     if not as_told:
+        _noted.append(message)
         print(wrap(f"Note: {message}; the test below explains."))
 
 

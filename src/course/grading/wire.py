@@ -234,14 +234,7 @@ def describe_error(error: BaseException) -> dict[str, Any]:
         message = str(error)[:MESSAGE]
     except Exception:  # a message whose __str__ raises
         message = "(its message could not be shown)"
-    stub = ""
-    if isinstance(error, NotImplementedError):
-        traceback = error.__traceback__
-        while traceback is not None:
-            if checks.is_stub(traceback.tb_frame.f_code):
-                stub = traceback.tb_frame.f_code.co_name
-            traceback = traceback.tb_next
-        stub = stub or str(getattr(error, "stub", "") or "")
+    stub = checks.stub_name(error) if isinstance(error, NotImplementedError) else ""
     names = [f"{cls.__module__}.{cls.__qualname__}" for cls in type(error).__mro__]
     return {"types": names, "message": message, "stub": stub}
 

@@ -62,7 +62,7 @@ def report_lines(results) -> list[str]:
     width = max([len("student"), *(len(r.student) for r in results)])
     lines = [f"{'student':<{width}}  {'score':>9}  {'secs':>6}  what grading saw"]
     for r in results:
-        waiting = f" ({r.by_hand:g} to grade by hand)" if r.by_hand else ""
+        waiting = f" {r.by_hand:g} points to grade by hand." if r.by_hand else ""
         lines.append(f"{r.student:<{width}}  {r.score:>4g}/{r.max_score:<4g}  {r.seconds:>6}  {reason(r)}{waiting}")
     return lines
 
