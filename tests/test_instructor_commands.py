@@ -118,3 +118,20 @@ def test_make_passes_force_and_grades_come_out_sorted(toy, tmp_path):
     assert "Feedback for 3 student(s)" in feedback.stdout
     assert sorted(p.name for p in (toy / "feedback").iterdir()) == ["adam", "solid", "zoe"]
     shutil.rmtree(toy / "feedback")
+
+
+def test_feedback_says_a_written_answer_is_not_graded_yet_until_it_is(toy):
+    course_command(toy, "autograde", "--jobs", "1")
+    course_command(toy, "feedback")
+    html = (toy / "feedback" / "solid" / "ch12" / "toy.html").read_text()
+    assert "Not graded yet." in html, "a written answer waiting for its grader is not shown as a plain 0"
+
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{toy / 'gradebook.db'}") as gb:  # what formgrader does when the answer is graded
+        grade = gb.find_grade("why", "toy", "ch12", "solid")
+        grade.manual_score = 1.0
+        gb.db.commit()
+    course_command(toy, "feedback")
+    html = (toy / "feedback" / "solid" / "ch12" / "toy.html").read_text()
+    assert "Not graded yet." not in html and "Score: 4.0 / 4.0" in html

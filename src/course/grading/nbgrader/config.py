@@ -11,7 +11,7 @@ from nbgrader.preprocessors import (
 
 from course.grading.nbgrader.gradebook import alembic_on_path, db_url
 from course.grading.nbgrader.preprocessors import (
-    DecideByJudge, ForgetDuplicateIds, StartChecks, StripHiddenTests, VerifyGradebook,
+    DecideByJudge, ForgetDuplicateIds, MarkUngraded, StartChecks, StripHiddenTests, VerifyGradebook,
 )
 
 ASSIGNMENT = "ch12"
@@ -62,4 +62,4 @@ def configure(c, root):
     ]
     c.StartChecks.timeout = 60  # one check, once its learner process has run the notebook's cells (04's: ~10 s)
     # Feedback HTML is rendered from the autograded notebook, which holds no hidden region (StripHiddenTests).
-    c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor]
+    c.GenerateFeedback.preprocessors = [GetGrades, MarkUngraded, CSSHTMLHeaderPreprocessor]

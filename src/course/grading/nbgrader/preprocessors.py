@@ -190,6 +190,25 @@ def verdict_outputs(verdict: dict) -> list[NotebookNode]:
     return [*notes, NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])]
 
 
+NOT_GRADED_YET = ("**Not graded yet.** Your instructor grades this answer by hand; the 0 shown for it below "
+                  "is not its score, and the notebook's total does not count it yet.\n\n")
+
+
+class MarkUngraded(NbGraderPreprocessor):
+    """Feedback: an answer still waiting for manual grading says so, instead of standing there as a 0."""
+
+    def preprocess(self, nb, resources):
+        grading = resources["nbgrader"]
+        with Gradebook(grading["db_url"]) as gb:
+            waiting = {g.name for g in gb.find_submission_notebook(
+                grading["notebook"], grading["assignment"], grading["student"]).grades
+                if g.needs_manual_grade and g.manual_score is None}
+        for cell in nb.cells:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in waiting and cell.cell_type == "markdown":
+                cell.source = NOT_GRADED_YET + cell.source
+        return nb, resources
+
+
 class GradebookMismatch(RuntimeError):
     """The gradebook no longer holds the assignment the release was made from."""
 
