@@ -67,8 +67,10 @@ def test_the_learner_lab_serves_the_working_copy_without_instructor_tools(tmp_pa
                                       page, re.S).group(1))
         disabled = config.get("disabledExtensions")
         disabled = {name for name, off in disabled.items() if off} if isinstance(disabled, dict) else set(disabled)
-        assert {"@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:menu"} <= disabled
-        assert "@jupyter/nbgrader:validate-assignment" not in disabled
+        assert {"@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:formgrader"} <= disabled
+        # The Nbgrader menu stays: with the instructor's plugins off it holds only the Assignment List
+        assert not disabled & {"@jupyter/nbgrader:validate-assignment", "@jupyter/nbgrader:menu",
+                                "@jupyter/nbgrader:assignment-list"}
 
 
 def test_cleanup_ends_this_folders_processes_and_no_one_elses(tmp_path):
