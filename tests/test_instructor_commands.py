@@ -31,6 +31,7 @@ def course_command(root: Path, *args: str) -> subprocess.CompletedProcess:
     done = subprocess.run([str(BIN / "course"), *args], cwd=root, capture_output=True, text=True, timeout=600,
                           env=ordinary_path())
     assert done.returncode == 0, f"course {args[0]} failed: {done.stderr[-2000:]}"
+    assert "Warning" not in done.stderr, f"a library's warning among the progress bar: {done.stderr[-1000:]}"
     return done
 
 
@@ -79,6 +80,7 @@ def test_plain_nbgrader_makes_a_stamped_gradebook_without_the_environment_on_pat
 def test_a_new_gradebook_grades_everyone_and_the_report_keeps_every_student(toy):
     first = course_command(toy, "autograde", "--jobs", "1")
     assert "Graded normally. 1 points to grade by hand." in first.stdout, "the summary names what waits for manual grading"
+    assert first.stderr.rstrip().endswith("failing=0, left=0]"), f"the bar's last word: {first.stderr[-200:]!r}"
     assert report(toy)["solid"]["by_hand"] == "1.0"
 
     # A new gradebook (moving to a server, say): autograded/solid exists, the gradebook has nobody.
