@@ -5,14 +5,13 @@ worker; the coordinator records each outcome as it arrives (course.grading.class
 """
 
 import os
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from course.grading.classes import report as integrity
 from course.grading.nbgrader.commands import ASSIGNMENT, NbgraderError, check_gradebook, record_assignment
-from course.grading.nbgrader.gradebook import alembic_on_path, complete_creation, db_url
+from course.grading.nbgrader.gradebook import alembic_on_path, complete_creation, db_url, quiet_gradebook
 from course.grading.sandbox.bubblewrap import ensure_available
 
 
@@ -52,6 +51,7 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
     if sandbox and not scheduler:  # a cluster's workers check their own sandbox
         ensure_available()
     alembic_on_path()
+    quiet_gradebook()
     url = db_url(root)
     if complete_creation(url):
         print("The gradebook was left half-made by an earlier run (nbgrader could not find `alembic`): "
@@ -81,8 +81,7 @@ def _recorded(url) -> set[str]:
     """The students whose submission of the assignment the gradebook holds."""
     from nbgrader.api import Gradebook
 
-    with Gradebook(url) as gb, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # SQLAlchemy's notes on nbgrader's own session use
+    with Gradebook(url) as gb:
         return {s.student.id for s in gb.find_assignment(ASSIGNMENT).submissions}
 
 
@@ -97,9 +96,7 @@ def _grade_and_record(workers, assignment, submissions, sandbox, root, url, prog
                 result = StudentResult(student, 0.0, 0.0, {"*": f"not graded: {_one_line(outcome)}"}, sandboxed=sandbox)
             else:
                 check_gradebook(root)  # before anything is recorded
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # SQLAlchemy's notes would break the progress bar
-                    coordinator.record(url, outcome, root)
+                coordinator.record(url, outcome, root)
                 result = StudentResult(student, outcome["score"], outcome["max_score"], outcome["reasons"],
                                        outcome["seconds"], outcome["findings"], outcome["sandboxed"])
             results.append(result)
@@ -128,8 +125,7 @@ def _read_back(url, results):
     """Each student's score, maximum and points still to grade by hand, as the gradebook holds them."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(url) as gb, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with Gradebook(url) as gb:
         maximum = gb.find_assignment(ASSIGNMENT).max_score
         for result in results:
             try:

@@ -81,6 +81,8 @@ def run(assignment: Assignment, submission: Submission, sandbox: bool = True) ->
 
 def warm_up() -> None:
     """Pay nbgrader's and Jupyter's import time once, when a worker starts."""
+    from course.grading.nbgrader.gradebook import quiet_gradebook
+
     reaper.become_subreaper()
     import nbgrader.converters  # noqa: F401
     import nbgrader.preprocessors  # noqa: F401
@@ -89,6 +91,7 @@ def warm_up() -> None:
 
     _check_metadata_schema_once()
     _one_engine_per_gradebook()
+    quiet_gradebook()
 
 
 def _check_metadata_schema_once() -> None:

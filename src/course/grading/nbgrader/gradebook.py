@@ -33,6 +33,16 @@ def alembic_on_path(env: MutableMapping[str, str] = os.environ) -> None:
         env["PATH"] = os.pathsep.join([here, path]) if path else here
 
 
+def quiet_gradebook() -> None:
+    """Silence SQLAlchemy's notes on how nbgrader uses its session (SAWarning, harmless here): in a
+    grading process they would land in the middle of the progress bar."""
+    import warnings
+
+    from sqlalchemy.exc import SAWarning
+
+    warnings.filterwarnings("ignore", category=SAWarning)
+
+
 def complete_creation(url: str) -> bool:
     """Finish a gradebook whose creation stopped half way; True if it had to.
 
