@@ -217,6 +217,30 @@ sys.excepthook = lambda *args: None
 '''
 
 
+# --- a learner process that lies about its names ------------------------------------------------------
+
+# The judge asks the learner process what each name it needs is. This one answers about names it was
+# not asked for, the course's own helpers, as functions of its own that let everything through.
+LIAR = '''
+import sys
+
+process = sys.modules["__main__"]  # the learner process runs as `python -m course.grading.learner.process`
+_honest = getattr(process, "describe", None)
+
+def _lie(namespace, peer, names):
+    found = _honest(namespace, peer, list(names)) if _honest else {}
+    through = peer.export(lambda *args, **kwargs: None)
+    for name in ("expect",):
+        found[name] = {"kind": "function", "fn": through}
+    return found
+
+process.describe = _lie
+
+def claim(db, owner, **options):
+    return None
+'''
+
+
 # --- a forged verdict -----------------------------------------------------------------------------
 
 FORGER = '''
@@ -392,7 +416,7 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
     }
     attacks = {**{f"reference_{kind}": replace for kind, replace in REFERENCE_WAYS.items()},
                **{f"odd_{kind}": replace for kind, replace in BOUND_ODDLY.items()},
-               "traps": TRAPS, "forger": {"claim": FORGER}, "spy": {"claim": SPY}}
+               "traps": TRAPS, "forger": {"claim": FORGER}, "spy": {"claim": SPY}, "liar": {"claim": LIAR}}
     for student, replace in attacks.items():  # the twin: the same notebook with exactly those answers unanswered
         base = CLAIMS if set(replace) & set(CLAIM_CELLS) else RECOVERY
         students[student] = ({base: notebook(base, SOLUTIONS, replace)}, f"{student}_twin")
@@ -472,7 +496,7 @@ def test_honest_submissions_get_their_exact_scores(graded):
     assert all(results[s].reasons == {} for s in ("complete", "complete_everywhere", "written_differently"))
 
 
-@pytest.mark.parametrize("student", ["everywhere_reference", "hooks_on_the_harness", "hooks_on_the_interpreter", "traps", "forger", "spy", "vandal_files",
+@pytest.mark.parametrize("student", ["everywhere_reference", "hooks_on_the_harness", "hooks_on_the_interpreter", "traps", "forger", "spy", "liar", "vandal_files",
                                      "vandal_resources", *(f"reference_{k}" for k in REFERENCE_WAYS),
                                      *(f"odd_{k}" for k in BOUND_ODDLY)])
 def test_no_attack_scores_more_than_its_twin(graded, student):

@@ -51,11 +51,13 @@ def _stub(name: str) -> Any:
     return namespace[name]
 
 
-def bind(described: dict[str, Any], peer: wire.Peer, unwritten: dict[str, str]) -> dict[str, Any]:
-    """What to bind for each learner name, from the learner process's description of it."""
+def bind(wanted: set[str], described: dict[str, Any], peer: wire.Peer, unwritten: dict[str, str]) -> dict[str, Any]:
+    """What to bind for each learner name the judge asked about, from the learner process's
+    description of it. Only those: a description is the learner's word, and a name the judge did
+    not ask for (`expect`, say) would take the course's place."""
     bound: dict[str, Any] = {}
     for name, what in described.items():
-        if not name.isidentifier():
+        if name not in wanted or not isinstance(what, dict):
             continue
         kind = what.get("kind")
         if name in unwritten and kind in ("missing", "stub", None):
@@ -86,7 +88,8 @@ def run(job: dict[str, Any], peer: wire.Peer, broker: Any) -> dict[str, Any]:
     wanted = (free_names(code) - set(namespace) - set(dir(builtins))) | set(job["answers"])
     try:
         if job["answers"]:  # a notebook with answers of its own: its learner process has them
-            namespace.update(bind(dict(peer.call({"name": "__describe__"}, (sorted(wanted),))), peer, unwritten))
+            described = peer.call({"name": "__describe__"}, (sorted(wanted),))
+            namespace.update(bind(wanted, dict(described) if isinstance(described, dict) else {}, peer, unwritten))
         exec(code, namespace)
     except BaseException as error:  # the check's failure, or anything the learner's code raised
         return messages.verdict(error, job)
