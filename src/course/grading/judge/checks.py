@@ -28,7 +28,7 @@ from typing import Any
 
 from course.grading.judge import broker
 from course.grading.judge.server import JudgeServer, ServerGone
-from course.grading.learner.tripwires import ANSWERS
+from course.grading.learner.tripwires import ANSWERS, IMPLEMENTATION
 from course.grading.sandbox import learners
 from course.grading.sandbox.bubblewrap import Limits, Sandbox, sandbox_disabled
 
@@ -188,14 +188,12 @@ class CheckGroup:
         answered = frozenset(job["answers"]) & set(ANSWERS)
 
         def start_learner(what: str) -> tuple[Any, socket.socket, list]:
-            tripwired = answered if what == job["what"] else frozenset(
-                name for name in ANSWERS if name != "Claim")  # `implementation`: the five functions of 01-03
+            tripwired = answered if what == job["what"] else IMPLEMENTATION
             return learners.start(what, tripwired, self.submitted, self.release, (host, inside), self.cell_seconds)
 
         def start_worker(argv: list[str], log: str) -> Any:
             host_log = host / Path(log).relative_to(inside)
-            return learners.start_worker(argv, frozenset(name for name in ANSWERS if name != "Claim"),
-                                         self.submitted, self.release, (host, inside), host_log)
+            return learners.start_worker(argv, IMPLEMENTATION, self.submitted, self.release, (host, inside), host_log)
 
         try:
             with ExitStack() as cleanup:

@@ -26,6 +26,9 @@ ANSWERS = {
     "finish": "sovereign_agent.assistant_work",
     "order_to_continue": "sovereign_agent.assistant_orders",
 }
+# What a checkpoint worker runs of 01-03 (the `implementation`): the five functions; the course's own
+# Claim stays, as the checkpoint's harness builds records with it.
+IMPLEMENTATION = frozenset(ANSWERS) - {"Claim"}
 HELPER = "_course_tripwire"
 
 
