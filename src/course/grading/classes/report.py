@@ -31,12 +31,29 @@ def findings(folder: Path) -> dict[str, int]:
     """How many cells of the student's autograded notebooks show each sign."""
     counts = dict.fromkeys(SIGNS, 0)
     for path in sorted(Path(folder).glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            text = " ".join(_output_text(o) for o in cell.get("outputs", []))
-            for name, (signs, _) in SIGNS.items():
-                if any(sign in text for sign in signs):
-                    counts[name] += 1
+        for name, count in signs_in(path).items():
+            counts[name] += count
     return counts
+
+
+def signs_in(path: Path) -> dict[str, int]:
+    """How many cells of one autograded notebook show each sign."""
+    counts = dict.fromkeys(SIGNS, 0)
+    for cell in nbformat.read(path, as_version=4).cells:
+        text = " ".join(_output_text(o) for o in cell.get("outputs", []))
+        for name, (signs, _) in SIGNS.items():
+            counts[name] += any(sign in text for sign in signs)
+    return counts
+
+
+UNFINISHED = {"timeouts": "a cell ran past the time limit and was interrupted",
+              "learner_lost": "the process running the notebook ended before its cells had all run"}
+
+
+def unfinished(path: Path) -> str | None:
+    """Why the learner's notebook did not run to its end at grading, as its autograded notebook shows, or None."""
+    found = signs_in(path)
+    return next((why for name, why in UNFINISHED.items() if found[name]), None)
 
 
 def _output_text(output) -> str:
@@ -81,17 +98,3 @@ def write_report(path: Path, results) -> Path:
         writer.writeheader()
         writer.writerows(rows[student] for student in sorted(rows))
     return path
-
-
-def timeout_reason(path):
-    """Why the learner's notebook did not run to its end at grading, as the autograded notebook
-    records it, or None."""
-    nb = nbformat.read(path, as_version=4)
-    for index, cell in enumerate(nb.cells):
-        label = cell.metadata.get("nbgrader", {}).get("grade_id", f"#{index + 1}")
-        for output in cell.get("outputs", []):
-            if output.get("ename") == "CellTimeoutError" or "past the time limit" in str(output.get("evalue", "")):
-                return f"cell {label!r} ran past the time limit and was interrupted"
-            if output.get("ename") == "LearnerFailed":
-                return "the process running the notebook ended before its cells had all run"
-    return None

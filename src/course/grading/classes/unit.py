@@ -263,7 +263,7 @@ def _read_back(root: Path, assignment: str, student: str, failures: dict[str, st
     """Scores and comments from the scratch gradebook; the parts of unfinished notebooks zeroed."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from course.grading.classes.report import timeout_reason
+    from course.grading.classes.report import unfinished
 
     with Gradebook(f"sqlite:///{root / GRADEBOOK}") as gb:
         max_score = gb.find_assignment(assignment).max_score
@@ -277,7 +277,7 @@ def _read_back(root: Path, assignment: str, student: str, failures: dict[str, st
             autograded = root / "autograded" / student / assignment / f"{notebook.name}.ipynb"
             why = failures.get(notebook.name)
             if why is None and autograded.exists():
-                why = timeout_reason(autograded)
+                why = unfinished(autograded)
             for grade in notebook.grades:
                 if why is not None and grade.cell_type == "code":  # manually graded answers keep waiting
                     if grade.auto_score is None:  # nbgrader stopped before scoring it

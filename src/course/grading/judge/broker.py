@@ -1,10 +1,11 @@
 """The judge asks the grader for learner processes; the grader starts, signals and reads them.
 
 A judge cannot start a learner sandbox, see its processes or signal them; the grader, outside
-every sandbox, can. Over a SOCK_SEQPACKET socket, one message each way (descriptors passed with
-it), the judge asks for `learner` (a learner process: its report and its wire), `worker` (a
-checkpoint worker in a learner sandbox: its stdout), and `signal`, `state`, `status` of one.
-`Broker` is the judge's side; `serve` the grader's, for one check.
+every sandbox, can. Over a SOCK_SEQPACKET socket the grader first sends the job; then, one
+message each way (descriptors passed with it), the judge asks for `learner` (a learner process:
+its report and its wire), `worker` (a checkpoint worker in a learner sandbox: its stdout), and
+`signal`, `state`, `status` of one; last it sends its `verdict`. `Broker` is the judge's side;
+`serve` the grader's, for one check.
 """
 
 from __future__ import annotations
@@ -23,23 +24,39 @@ from course.grading import wire
 WORKER_MODULE = "course.checkpoint.worker"
 
 
-class Broker:
-    """The judge's side: one request at a time, answered by the grader."""
+MESSAGE = 1 << 20  # bytes of one message (a job is some 15 KB)
+GONE = "gone"  # what `serve` returns for a judge that ended (killed, crashed) without a verdict
 
-    def __init__(self, sock: socket.socket, job: dict[str, Any]) -> None:
-        self.sock, self.job, self._lock = sock, job, threading.Lock()
+
+class Refused(RuntimeError):
+    """The grader could not do what the judge asked (a learner process that did not start, say)."""
+
+    def __init__(self, ename: str, message: str) -> None:
+        super().__init__(message)
+        self.ename = ename
+
+
+class Broker:
+    """The judge's side: the job, then one request at a time, answered by the grader."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self._lock = sock, threading.Lock()
+        self.job = json.loads(sock.recv(MESSAGE))
+
+    def verdict(self, verdict: dict[str, Any]) -> None:
+        self.sock.send(json.dumps({"op": "verdict", "verdict": verdict}).encode())
 
     def request(self, message: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
         with self._lock:
             self.sock.send(json.dumps(message).encode())
-            data, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, 2)
+            data, fds, _, _ = socket.recv_fds(self.sock, MESSAGE, 2)
         if not data:
             raise wire.PeerGone("the grader is gone")
         reply = json.loads(data)
         if "error" in reply:
             for fd in fds:
                 os.close(fd)
-            raise RuntimeError(reply["error"])
+            raise Refused(str(reply.get("ename", "GraderError")), reply["error"])
         return reply, fds
 
     def learner(self, what: str) -> tuple[wire.Peer, list[dict]]:
@@ -88,18 +105,18 @@ class BrokeredProcess:
 
 
 def serve(sock: socket.socket, start_learner: Callable[[str], tuple[Any, socket.socket, list]],
-          start_worker: Callable[[list[str], str], Any], started: dict[int, Any]) -> bool:
-    """Answer one request of the judge (False: the judge is gone). `started` keeps every process
-    started for this check, to be killed when the check ends."""
+          start_worker: Callable[[list[str], str], Any], started: dict[int, Any]) -> Any:
+    """Answer one message of the judge: None, or its verdict (`GONE` when it ended without one).
+    `started` keeps every process started for this check, to be killed when the check ends."""
     try:
-        data = sock.recv(1 << 20)
-    except OSError:
-        return False
-    if not data:
-        return False
+        data = sock.recv(MESSAGE)
+        request = json.loads(data) if data else {}
+    except (OSError, ValueError):
+        return GONE
     fds: list[int] = []
+    if request.get("op") in ("verdict", None):
+        return request.get("verdict", GONE)
     try:
-        request = json.loads(data)
         op = request.get("op")
         if op == "learner":
             learner, wire_end, ready = start_learner(str(request["what"]))
@@ -125,10 +142,10 @@ def serve(sock: socket.socket, start_learner: Callable[[str], tuple[Any, socket.
             else:
                 raise ValueError(f"unknown request {op!r}")
     except Exception as error:  # the judge is told; the check then says what failed
-        reply, fds = {"error": f"{type(error).__name__}: {error}"[:500]}, []
+        reply, fds = {"ename": type(error).__name__, "error": str(error)[:500]}, []
     try:
         socket.send_fds(sock, [json.dumps(reply).encode()], fds)
     finally:
         for fd in fds:
             os.close(fd)
-    return True
+    return None

@@ -10,7 +10,6 @@ comes or the time is up, then kills the check's learner processes.
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import os
 import select
@@ -32,8 +31,8 @@ from course.grading.learner.tripwires import ANSWERS, IMPLEMENTATION
 from course.grading.sandbox import learners
 from course.grading.sandbox.bubblewrap import Limits, Sandbox, sandbox_disabled
 
-RESULT_LIMIT = 64 * 1024  # bytes of verdict the grader reads from a judge
-BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
+BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"  # nbgrader's test: any line holding these
+PLACEHOLDER = "# hidden tests (not shown)"
 SCRATCH_INSIDE = "/scratch"  # the student's scratch folder in the judge's sandbox
 CHECKS_AT_ONCE = 8  # many checks mostly wait (a real lease running out): more than the cores
 
@@ -178,6 +177,7 @@ class CheckGroup:
                     self._stop()
 
     def _run(self, job: dict, timeout: float) -> dict:
+        """Fork a judge, send it the job, answer its broker requests until its verdict (or the time is up)."""
         with self._lock:
             number = next(self._numbers)
         host = self._scratch / f"check-{number}"
@@ -186,80 +186,44 @@ class CheckGroup:
         job["scratch"] = inside
         started: dict[int, Any] = {}
         answered = frozenset(job["answers"]) & set(ANSWERS)
+        starting = [0.0]  # seconds spent starting learner processes, which have limits of their own
 
         def start_learner(what: str) -> tuple[Any, socket.socket, list]:
-            tripwired = answered if what == job["what"] else IMPLEMENTATION
-            return learners.start(what, tripwired, self.submitted, self.release, (host, inside), self.cell_seconds)
+            began = time.monotonic()
+            try:
+                tripwired = answered if what == job["what"] else IMPLEMENTATION
+                learner, wire_end, report = learners.start(what, tripwired, self.submitted, self.release,
+                                                           (host, inside), self.cell_seconds)
+            finally:
+                starting[0] += time.monotonic() - began
+            if what == job["what"]:
+                self.reports.setdefault(job["notebook"], report)
+            return learner, wire_end, report
 
         def start_worker(argv: list[str], log: str) -> Any:
             host_log = host / Path(log).relative_to(inside)
             return learners.start_worker(argv, IMPLEMENTATION, self.submitted, self.release, (host, inside), host_log)
 
-        try:
-            with ExitStack() as cleanup:
-                cleanup.callback(lambda: [process.close() for process in started.values()])
-                wire_end = None
-                if job["answers"]:
-                    try:
-                        learner, wire_end, report = start_learner(job["what"])
-                    except learners.LearnerFailed as failed:
-                        return failure("LearnerFailed", str(failed))
-                    started[0] = learner
-                    job["report"] = report
-                    self.reports.setdefault(job["notebook"], report)
-                else:
-                    job["report"] = []
-                return self._judge(job, wire_end, start_learner, start_worker, started, timeout)
-        finally:
-            shutil.rmtree(host, ignore_errors=True)
-
-    def _judge(self, job: dict, wire_end: socket.socket | None, start_learner: Any, start_worker: Any,
-               started: dict, timeout: float) -> dict:
         server = self._running()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        job_read, job_write = os.pipe()
-        verdict_read, verdict_write = os.pipe()
-        placeholder = None
-        if wire_end is None:  # a notebook with no answers of its own: the judge asks the broker
-            wire_end, placeholder = socket.socketpair()
         try:
-            ident = server.start([job_read, verdict_write, wire_end.detach(), theirs.detach()])
-        except ServerGone:
-            return failure("GraderError", "the judge's sandbox has ended")
-        threading.Thread(target=_feed, args=(job_write, json.dumps(job).encode()), daemon=True).start()
-        try:
-            data, finished = self._serve(ours, verdict_read, start_learner, start_worker, started, timeout)
+            with ours, ExitStack() as cleanup:
+                cleanup.callback(lambda: [process.close() for process in started.values()])
+                try:
+                    ident = server.start([theirs.detach()])
+                    ours.send(json.dumps(job).encode())
+                except (ServerGone, OSError):
+                    return failure("GraderError", "the judge's sandbox has ended")
+                deadline = time.monotonic() + timeout
+                while (left := deadline + starting[0] - time.monotonic()) > 0:
+                    if select.select([ours], [], [], left)[0]:
+                        verdict = broker.serve(ours, start_learner, start_worker, started)
+                        if verdict is not None:
+                            return read_verdict(verdict)
+                server.kill(ident)
+                return failure("CheckTimeout", f"the check did not finish within {timeout:g} s and was stopped")
         finally:
-            ours.close()
-            if placeholder is not None:
-                placeholder.close()
-        if not finished:
-            server.kill(ident)
-            return failure("CheckTimeout", f"the check did not finish within {timeout:g} s and was stopped")
-        return read_verdict(data)
-
-    def _serve(self, ours: socket.socket, verdict: int, start_learner: Any, start_worker: Any,
-               started: dict, timeout: float) -> tuple[bytes, bool]:
-        """Answer the broker until the verdict pipe closes (or the time is up)."""
-        deadline = time.monotonic() + timeout
-        chunks, size, listening = [], 0, True
-        with open(verdict, "rb", buffering=0) as pipe:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return b"".join(chunks), False
-                watched = [pipe, ours] if listening else [pipe]
-                readable = select.select(watched, [], [], left)[0]
-                if ours in readable:
-                    listening = broker.serve(ours, start_learner, start_worker, started)
-                if pipe in readable:
-                    chunk = pipe.read(RESULT_LIMIT + 1 - size)
-                    if not chunk:
-                        return b"".join(chunks), True
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size > RESULT_LIMIT:
-                        return b"", True
+            shutil.rmtree(host, ignore_errors=True)
 
     def _running(self) -> JudgeServer:
         with self._lock:
@@ -288,18 +252,12 @@ class CheckGroup:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-def _feed(fd: int, payload: bytes) -> None:
-    with contextlib.suppress(OSError), open(fd, "wb") as pipe:
-        pipe.write(payload)
-
-
-def read_verdict(data: bytes) -> dict:
-    """The judge's verdict (a judge that wrote none was killed or crashed)."""
+def read_verdict(verdict: Any) -> dict:
+    """The judge's verdict, checked for shape (a judge that sent none was killed or crashed)."""
     try:
-        verdict = json.loads(data)
         return {"passed": verdict["passed"] is True, "ename": str(verdict.get("ename", ""))[:80],
-                "message": str(verdict.get("message", ""))[:RESULT_LIMIT // 8]}
-    except (ValueError, KeyError, TypeError):
+                "message": str(verdict.get("message", ""))[:8192]}
+    except (KeyError, TypeError, AttributeError):
         return failure("GraderError", "the judge ended without a verdict (its process was killed or crashed)")
 
 
@@ -307,14 +265,19 @@ def failure(ename: str, message: str) -> dict:
     return {"passed": False, "ename": ename, "message": message}
 
 
-def visible_lines(source: str) -> list[str]:
-    """The lines outside hidden regions (the marker lines belong to none)."""
+def hide_region(source: str, placeholder: str | None = PLACEHOLDER) -> str:
+    """Every hidden-test region (an unclosed one runs to the end) replaced by `placeholder`, with
+    its marker's indent, or by nothing."""
     lines, hiding = [], False
     for line in source.split("\n"):
-        hiding = (hiding or BEGIN_HIDDEN in line) and END_HIDDEN not in line
-        if not (hiding or BEGIN_HIDDEN in line or END_HIDDEN in line):
+        if BEGIN_HIDDEN in line:
+            hiding = True
+            lines += [] if placeholder is None else [line[: len(line) - len(line.lstrip())] + placeholder]
+        elif hiding:
+            hiding = END_HIDDEN not in line
+        else:
             lines.append(line)
-    return lines
+    return "\n".join(lines)
 
 
 def cell_text(source) -> str:

@@ -1,4 +1,8 @@
-"""The course's harnesses that need a process other than the judge, as the judge runs them.
+"""The learner's names as the judge binds them, and the course's harnesses that need a process
+other than the judge, as the judge runs them.
+
+`bind`: a function to a `wire.Remote`, a dataclass to a mirror, a value to its plain data, an
+answer that did not run to a placeholder saying why.
 
 `race_claims`: worker B is the same name in a second learner process. `rebound`: the name is
 rebound in the learner process too, so the judge sees every call the learner's own code makes.
@@ -18,6 +22,59 @@ from course import checks
 from course.grading import wire
 
 
+class Unusable:
+    """A learner name the check cannot use (a cell that did not run, an object that is no data):
+    any use says why, in the course's words."""
+
+    def __init__(self, why: str) -> None:
+        self.course_unwritten = why
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise checks.CheckFailed(self.course_unwritten)
+
+    __call__ = __getattr__ = __getitem__ = __iter__ = __len__ = __bool__ = __eq__ = __contains__ = _refuse
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _stub(name: str) -> Any:
+    """nbgrader's stub, here: `require_written` and the checks see it as they would in Lab."""
+    namespace: dict[str, Any] = {}
+    exec(compile(f"def {name}(*args, **kwargs):\n    raise NotImplementedError()\n", "<stub>", "exec"), namespace)
+    return namespace[name]
+
+
+def bind(wanted: set[str], described: dict[str, Any], peer: wire.Peer, unwritten: dict[str, str]) -> dict[str, Any]:
+    """What to bind for each learner name the judge asked about, from the learner process's
+    description of it. Only those: a description is the learner's word, and a name the judge did
+    not ask for (`expect`, say) would take the course's place."""
+    bound: dict[str, Any] = {}
+    for name, what in described.items():
+        if name not in wanted or not isinstance(what, dict):
+            continue
+        kind = what.get("kind")
+        if name in unwritten and kind in ("missing", "stub", None):
+            bound[name] = Unusable(unwritten[name])
+        elif kind == "function":
+            bound[name] = peer.resolve(what["fn"])
+            bound[name].__name__ = name
+        elif kind == "stub":
+            bound[name] = _stub(name)
+        elif kind == "dataclass":
+            bound[name] = wire.mirror(what["cls"], what["schema"])
+        elif kind == "value":
+            bound[name] = wire.decode(what["value"])
+        elif kind == "other":
+            bound[name] = Unusable(f"`{name}` is {str(what.get('type'))[:120]}: the check takes plain data (str, int, "
+                                   "float, bool, None, lists, tuples, dicts, sets), a dataclass or a function")
+    return bound
+
+
+def names(peer: wire.Peer, wanted: set[str], unwritten: dict[str, str] | None = None) -> dict[str, Any]:
+    """`wanted`, asked of the learner process at `peer` (`__describe__`) and bound."""
+    described = peer.call({"name": "__describe__"}, (sorted(wanted),))
+    return bind(wanted, described if isinstance(described, dict) else {}, peer, unwritten or {})
+
+
 @dataclasses.dataclass
 class Context:
     job: dict[str, Any]
@@ -28,11 +85,11 @@ class Context:
         """`function` (a learner function of this check's process) in a second learner process."""
         if not isinstance(function, wire.Remote):
             return None
-        peer, _ = self.broker.learner(self.job["what"])
-        described = peer.call({"name": "__describe__"}, ([function.__name__],))[function.__name__]
-        if described.get("kind") != "function":
-            raise checks.CheckFailed(f"`{function.__name__}` is not defined in a second process running your notebook")
-        return peer.resolve(described["fn"])
+        name = function.__name__
+        found = names(self.broker.learner(self.job["what"])[0], {name}).get(name)
+        if not isinstance(found, wire.Remote):
+            raise checks.CheckFailed(f"`{name}` is not defined in a second process running your notebook")
+        return found
 
     @functools.cached_property
     def implementation(self) -> Any:
@@ -41,15 +98,12 @@ class Context:
         from course.graded_cells import FUNCTIONS
         from sovereign_agent.ownership import Ownership
 
-        peer, _ = self.broker.learner("implementation")
-        described = peer.call({"name": "__describe__"}, ([*FUNCTIONS, "Claim"],))
-        functions = {name: peer.resolve(described[name]["fn"]) for name in FUNCTIONS
-                     if described.get(name, {}).get("kind") == "function"}
-        missing = [name for name in FUNCTIONS if name not in functions]
+        bound = names(self.broker.learner("implementation")[0], {*FUNCTIONS, "Claim"})
+        missing = [name for name in FUNCTIONS if not isinstance(bound.get(name), wire.Remote)]
         if missing:
             raise checks.CheckFailed(f"the checkpoint could not load your notebooks: {', '.join(missing)} missing")
-        claim = described.get("Claim", {})
-        claim_class = wire.mirror(claim["cls"], claim["schema"]) if claim.get("kind") == "dataclass" else None
+        functions = {name: bound[name] for name in FUNCTIONS}
+        claim_class = bound.get("Claim") if isinstance(bound.get("Claim"), type) else None
         private = Path(self.job["private"])
         private.mkdir(parents=True, exist_ok=True)
         return Elsewhere(Ownership(**functions), claim_class, self.broker.worker, private)

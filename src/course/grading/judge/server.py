@@ -2,8 +2,8 @@
 per check (`python -I -m course.grading.judge.server`).
 
 No learner code runs in it, so judges may share it. Its standard input is a Unix socket to the
-grader: b"R" and an 8-byte id with four descriptors (job, verdict, learner wire, broker) starts
-a judge, b"K" and an id kills one, end of file ends the server. Judges are not dumpable.
+grader: b"R" and an 8-byte id with a descriptor (the judge's broker) starts a judge, b"K" and
+an id kills one, end of file ends the server. Judges are not dumpable.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from course.grading.sandbox import reaper
 
 PR_SET_DUMPABLE = 4
 REQUEST, KILL = b"R", b"K"
-DESCRIPTORS = 4
+DESCRIPTORS = 1
 PRELOAD = (  # what the checks' setup cells import, and what the judge itself needs
     "course.checks", "course.kernel_runs", "course.learner", "course.checkpoint.run", "course.checkpoint.cases", "course.checkpoint.report",
     "course.grading.judge.check", "course.grading.judge.broker", "sovereign_agent.assistant_work",
@@ -61,16 +61,15 @@ def serve(control: socket.socket) -> None:
 
 
 def _fork_judge(fds: list[int], control: socket.socket) -> tuple[int, str]:
-    """A child that becomes one judge: job on fd 0, verdict on fd 1, wire on fd 3, broker on fd 4."""
+    """A child that becomes one judge, its broker on fd 3."""
     folder = tempfile.mkdtemp(prefix="judge-")
     pid = os.fork()
     if pid == 0:
         try:
             os.setsid()
             control.close()
-            for target, fd in zip((0, 1, 3, 4), fds):
-                os.dup2(fd, target)
-            os.closerange(5, 1 << 16)
+            os.dup2(fds[0], 3)
+            os.closerange(4, 1 << 16)
             os.environ["COURSE_PRIVATE"] = folder
             from course.grading.judge import check
 
@@ -134,7 +133,7 @@ class JudgeServer:
                                             stderr=subprocess.DEVNULL, start_new_session=True)
 
     def start(self, fds: list[int]) -> int:
-        """Hand a judge its four descriptors (closed here); return its id."""
+        """Hand a judge its descriptors (closed here); return its id."""
         ident = next(self._ids)
         try:
             with self._lock:

@@ -57,31 +57,13 @@ class ForgetDuplicateIds(DeduplicateIds):
         return cell, resources
 
 
-BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"  # nbgrader's test: any line holding these words
-PLACEHOLDER = "# hidden tests (not shown)"
-
-
-def hide_region(source: str) -> str:
-    """Every hidden-test region (an unclosed one runs to the end) replaced by one comment line."""
-    lines, hiding = [], False
-    for line in source.split("\n"):
-        if BEGIN in line:
-            hiding = True
-            lines.append(line[: len(line) - len(line.lstrip())] + PLACEHOLDER)
-        elif hiding:
-            hiding = END not in line
-        else:
-            lines.append(line)
-    return "\n".join(lines)
-
-
 class StripHiddenTests(NbGraderPreprocessor):
     """After OverwriteCells restored them: hidden regions out again, so neither the autograded
     notebook nor the feedback HTML rendered from it holds one."""
 
     def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "code" and BEGIN in cell.source:
-            cell.source = hide_region(cell.source)
+        if cell.cell_type == "code" and checks.BEGIN_HIDDEN in cell.source:
+            cell.source = checks.hide_region(cell.source)
         return cell, resources
 
 
@@ -252,8 +234,8 @@ def gradebook_problems(gb, assignment: str, notebook: str, release: Path, source
             problems.append(f"cell {grade_id!r} is missing")
             continue
         expected = solutions.get(grade_id) if meta.get("locked") and grade_id in solutions else None
-        released = checks.visible_lines(checks.cell_text(raw["source"]))
-        if expected is not None and cell.source != expected or checks.visible_lines(cell.source) != released:
+        released = checks.hide_region(checks.cell_text(raw["source"]), None)
+        if expected is not None and cell.source != expected or checks.hide_region(cell.source, None) != released:
             problems.append(f"cell {grade_id!r} has other source")
         node = nbformat.from_dict(raw)
         node.source = cell.source
