@@ -5,7 +5,6 @@ worker; the coordinator records each outcome as it arrives (course.grading.class
 """
 
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,10 +86,13 @@ def _recorded(url) -> set[str]:
 
 def _grade_and_record(workers, assignment, submissions, sandbox, root, url, progress):
     """Each outcome recorded as it arrives, after the gradebook is checked again."""
+    from tqdm import tqdm
+
     from course.grading.classes import coordinator
 
     results = []
-    with _progress(len(submissions), progress) as bar:
+    with tqdm(total=len(submissions), unit="student", desc="autograde", disable=not progress, dynamic_ncols=True) as bar:
+        bar.set_postfix(failing=0, left=len(submissions))
         for student, outcome in workers.grade(assignment, submissions, sandbox):
             if isinstance(outcome, BaseException):
                 result = StudentResult(student, 0.0, 0.0, {"*": f"not graded: {_one_line(outcome)}"}, sandboxed=sandbox)
@@ -104,16 +106,6 @@ def _grade_and_record(workers, assignment, submissions, sandbox, root, url, prog
             bar.set_postfix(failing=failing, left=len(submissions) - len(results), refresh=False)
             bar.update(1)
     return results
-
-
-@contextmanager
-def _progress(total, shown):
-    """Students done, failing and left, with an ETA (tqdm, on stderr)."""
-    from tqdm import tqdm
-
-    with tqdm(total=total, unit="student", desc="autograde", disable=not shown, dynamic_ncols=True) as bar:
-        bar.set_postfix(failing=0, left=total)
-        yield bar
 
 
 def _one_line(error: BaseException) -> str:

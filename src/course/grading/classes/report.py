@@ -8,6 +8,7 @@ course's own implementation (its tripwire). The same facts go to the console and
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from pathlib import Path
 
 import nbformat
@@ -29,11 +30,10 @@ COLUMNS = ["student", "score", "max_score", "by_hand", "seconds", "sandboxed", *
 
 def findings(folder: Path) -> dict[str, int]:
     """How many cells of the student's autograded notebooks show each sign."""
-    counts = dict.fromkeys(SIGNS, 0)
+    counts = Counter(dict.fromkeys(SIGNS, 0))
     for path in sorted(Path(folder).glob("*.ipynb")):
-        for name, count in signs_in(path).items():
-            counts[name] += count
-    return counts
+        counts.update(signs_in(path))
+    return dict(counts)
 
 
 def signs_in(path: Path) -> dict[str, int]:

@@ -4,8 +4,8 @@ Input: the assignment (`Assignment`: nbgrader_config.py, the release, a gradeboo
 the assignment, hidden tests included) and one student's files (`Submission`), as bytes. Output
 (`grade`): per-cell scores and comments, the autograded notebooks, what grading saw, the seconds.
 It runs nbgrader's Autograde in a private scratch course and never touches the real gradebook:
-only the coordinator records. `run` is what a worker calls; it starts every notebook's checks at
-once, and afterwards kills whatever the student left running.
+only the coordinator records. `run` is what a worker calls; afterwards it kills whatever the
+student left running.
 """
 
 from __future__ import annotations
@@ -167,12 +167,7 @@ def _autograde(root: Path, assignment: str, student: str, notebooks: list[str]) 
     """Grade the whole submission; return {notebook: why nbgrader could not grade it}. After a failure
     nbgrader drops the rest, so then grade notebook by notebook to keep the others.
     """
-    submitted = (root / "submitted" / student / assignment).resolve()
-    try:
-        _start_checks(root, assignment, student, notebooks)
-        error = _convert(root, assignment, student, "*")
-    finally:
-        _drain(submitted)
+    error = _convert(root, assignment, student, "*")
     if error is None:
         return {}
     if len(notebooks) <= 1:
@@ -196,40 +191,6 @@ def _config(root: Path, assignment: str, student: str, notebook: str):
     config.CourseDirectory.student_id = student
     config.CourseDirectory.notebook_id = notebook
     return config
-
-
-def _start_checks(root: Path, assignment: str, student: str, notebooks: list[str]) -> None:
-    """Start every notebook's checks now, in one judge sandbox for the student; nbgrader's
-    StartChecks picks them up (preprocessors.PRESTARTED). A notebook whose checks cannot be built
-    here (one the assignment does not have) is left to StartChecks."""
-    from nbgrader.api import Gradebook
-    from nbgrader.coursedir import CourseDirectory
-
-    from course.grading.judge import checks
-    from course.grading.nbgrader.preprocessors import PRESTARTED, StartChecks
-
-    config = _config(root, assignment, student, "*")
-    coursedir, starter = CourseDirectory(config=config), StartChecks(config=config)
-    submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment)).resolve()
-    release = Path(coursedir.format_path(coursedir.release_directory, ".", assignment))
-    built = {}
-    with Gradebook(config.CourseDirectory.db_url) as gb:
-        for notebook in notebooks:
-            try:
-                full = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
-                built[notebook] = checks.notebook_jobs(notebook, release, full)
-            except Exception:  # an unknown notebook: nbgrader reports it in its own words
-                continue
-    for notebook, pending in checks.start_checks(built, submitted, release, starter.timeout, starter.cell_timeout).items():
-        PRESTARTED[(submitted, notebook)] = pending
-
-
-def _drain(submitted: Path) -> None:
-    """Forget the checks nbgrader never picked up (a notebook it failed on); `run` waits for them."""
-    from course.grading.nbgrader.preprocessors import PRESTARTED
-
-    for key in [key for key in PRESTARTED if key[0] == submitted]:
-        PRESTARTED.pop(key)
 
 
 def _convert(root: Path, assignment: str, student: str, notebook: str) -> str | None:

@@ -103,6 +103,8 @@ def notebook_jobs(notebook: str, release: Path, sources: dict[str, str]) -> list
 
 _pool = ThreadPoolExecutor(max_workers=CHECKS_AT_ONCE, thread_name_prefix="check")  # threads start on demand
 _started: list[Future] = []  # every check this process started
+# Checks started for notebooks nbgrader has not reached yet (StartChecks): {(submitted folder, notebook): them}
+STARTED: dict[tuple[Path, str], PendingChecks] = {}
 # How long each check (notebook, cell) took when this process last ran it: a worker grades student
 # after student, and starts the longest first, so checks that mostly wait overlap the others.
 last_seconds: dict[tuple[str, str], float] = {}
@@ -128,6 +130,7 @@ def wait_for_all() -> None:
     before it kills what its student left behind."""
     wait(_started)
     _started.clear()
+    STARTED.clear()
 
 
 def longest_first(jobs: list[dict]) -> list[dict]:
@@ -144,12 +147,6 @@ def start_checks(jobs_by_notebook: dict[str, list[dict]], submitted: Path, relea
     _started.extend(futures.values())
     return {notebook: PendingChecks({job["cell"]: futures[id(job)] for job in built}, group, notebook)
             for notebook, built in jobs_by_notebook.items()}
-
-
-def run_checks(jobs: list[dict], submitted: Path, release: Path, timeout: float,
-               cell_seconds: float = 120.0) -> dict[str, dict]:
-    """Run these jobs (of one notebook) and wait: {grade_id: verdict}."""
-    return start_checks({"checks": jobs}, submitted, release, timeout, cell_seconds)["checks"].results()
 
 
 class CheckGroup:
@@ -186,6 +183,7 @@ class CheckGroup:
         job["scratch"] = inside
         started: dict[int, Any] = {}
         answered = frozenset(job["answers"]) & set(ANSWERS)
+        answer_cells = set(job["answers"].values())
         starting = [0.0]  # seconds spent starting learner processes, which have limits of their own
 
         def start_learner(what: str) -> tuple[Any, socket.socket, list]:
@@ -198,7 +196,10 @@ class CheckGroup:
                 starting[0] += time.monotonic() - began
             if what == job["what"]:
                 self.reports.setdefault(job["notebook"], report)
-            return learner, wire_end, report
+            # The judge needs only how answer cells ended (messages.unwritten), not what cells printed:
+            # a report of every cell's output is unbounded, and one broker message is not.
+            return learner, wire_end, [{key: str(run.get(key, ""))[:300] for key in ("label", "ename", "evalue")}
+                                       for run in report if run.get("ename") and run.get("label") in answer_cells]
 
         def start_worker(argv: list[str], log: str) -> Any:
             host_log = host / Path(log).relative_to(inside)

@@ -90,29 +90,34 @@ def observation(cell) -> bool:
 
 
 class StartChecks(NbGraderPreprocessor):
-    """Start each graded test cell's check now (the judge decides it; see DecideByJudge)."""
+    """Start the graded test cells' checks (the judge decides them; see DecideByJudge): at the first
+    notebook of a student, those of every notebook submitted, in one judge sandbox, longest first,
+    so that checks that wait on real leases overlap; a later notebook picks up its own."""
 
     timeout = Integer(60, help="Seconds one check may take (after its learner process has run the cells).").tag(config=True)
     cell_timeout = Integer(120, help="Seconds each of the learner's cells may run in a learner process.").tag(config=True)
 
     def preprocess(self, nb, resources):
-        _, assignment, _, notebook = _course(self, resources)
-        submitted = submitted_folder(self, resources)
-        started = PRESTARTED.pop((submitted.resolve(), notebook), None)
-        if started is None:
-            with Gradebook(resources["nbgrader"]["db_url"]) as gb:
-                sources = {c.name: c.source for c in gb.find_notebook(notebook, assignment).source_cells}
+        coursedir, assignment, _, notebook = _course(self, resources)
+        submitted = submitted_folder(self, resources).resolve()
+        if (submitted, notebook) not in checks.STARTED:
             release = release_folder(self, resources)
-            built = checks.notebook_jobs(notebook, release, sources)
-            started = checks.start_checks({notebook: built}, submitted, release, self.timeout,
-                                          self.cell_timeout)[notebook]
-        resources.setdefault("course", {})["pending"] = started
+            source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
+            others = {path.stem for path in submitted.glob("*.ipynb")} - {notebook}
+            built = {}
+            with Gradebook(resources["nbgrader"]["db_url"]) as gb:
+                for name in [notebook, *sorted(n for n in others if (submitted, n) not in checks.STARTED)]:
+                    try:  # another notebook's checks start only from a gradebook VerifyGradebook would accept
+                        if name == notebook or not gradebook_problems(gb, assignment, name, release, source):
+                            sources = {c.name: c.source for c in gb.find_notebook(name, assignment).source_cells}
+                            built[name] = checks.notebook_jobs(name, release, sources)
+                    except Exception:
+                        if name == notebook:
+                            raise
+            for name, pending in checks.start_checks(built, submitted, release, self.timeout, self.cell_timeout).items():
+                checks.STARTED[(submitted, name)] = pending
+        resources.setdefault("course", {})["pending"] = checks.STARTED.pop((submitted, notebook))
         return nb, resources
-
-
-# Checks a grading unit started for all of a student's notebooks at once, before nbgrader reaches
-# each one (course.grading.classes.unit): {(submitted folder, notebook): its pending checks}.
-PRESTARTED: dict[tuple[Path, str], checks.PendingChecks] = {}
 
 
 class DecideByJudge(NbGraderPreprocessor):

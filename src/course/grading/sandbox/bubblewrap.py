@@ -121,15 +121,19 @@ def base_environment() -> dict[str, str]:
     }
 
 
-@cache
-def readable_folders() -> tuple[str, ...]:
-    """System folders, the Python installation, and the course's packages (which hold no hidden test)."""
+def _course_packages() -> list[Path]:
     import course
     import reference_organizations
     import sovereign_agent
 
+    return [Path(package.__file__).resolve().parent for package in (course, reference_organizations, sovereign_agent)]
+
+
+@cache
+def readable_folders() -> tuple[str, ...]:
+    """System folders, the Python installation, and the course's packages (which hold no hidden test)."""
     folders = [f for f in SYSTEM if os.path.isdir(f)]
-    for path in (sys.base_prefix, sys.prefix, *_package_roots(course, reference_organizations, sovereign_agent)):
+    for path in (sys.base_prefix, sys.prefix, *(str(package.parent) for package in _course_packages())):
         real = os.path.realpath(path)
         if not any(real == f or real.startswith(f + "/") for f in folders):
             folders.append(real)
@@ -138,22 +142,14 @@ def readable_folders() -> tuple[str, ...]:
     return tuple(dict.fromkeys(folders))
 
 
-def _package_roots(*packages) -> list[str]:
-    return [str(Path(p.__file__).resolve().parent.parent) for p in packages]
-
-
 @cache
 def course_bytecode() -> None:
     """Write the course packages' bytecode, once per grading process, before the first sandbox:
     inside they are read-only, and a module without bytecode is compiled in every process."""
     import compileall
 
-    import course
-    import reference_organizations
-    import sovereign_agent
-
-    for package in (course, reference_organizations, sovereign_agent):
-        compileall.compile_dir(Path(package.__file__).resolve().parent, quiet=2)
+    for package in _course_packages():
+        compileall.compile_dir(package, quiet=2)
 
 
 def bwrap_path() -> str:

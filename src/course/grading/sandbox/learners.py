@@ -38,19 +38,14 @@ class LearnerFailed(RuntimeError):
 class Learner:
     """One running learner sandbox, from the grader's side."""
 
-    def __init__(self, sandbox: Sandbox | None, argv: list[str], env: dict[str, str], *, cwd: Path | None = None,
+    def __init__(self, sandbox: Sandbox | None, argv: list[str], env: dict[str, str], cwd: Path | None = None,
                  wire_end: socket.socket | None = None, stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.DEVNULL):
-        self.sandbox = sandbox
-        self.sent: list[int] = []
-        self._stack = contextlib.ExitStack()
+        self.sandbox, self.sent, self._stack = sandbox, [], contextlib.ExitStack()
         keep = [wire_end.fileno()] if wire_end is not None else []
         if sandbox is not None:
-            self._stack.enter_context(sandbox.bounded())
-            command = sandbox.command(argv)
-            env = {}
-        else:  # --no-sandbox: the instructor's explicit decision; a plain child in the scratch folder
-            command, env = argv, {**os.environ, **env}
-        self.process = subprocess.Popen(command, env=env, cwd=cwd, pass_fds=keep, stdin=subprocess.DEVNULL,
+            sandbox.env.update(env)
+            argv, env = self._stack.enter_context(sandbox.bounded()).command(argv), {}
+        self.process = subprocess.Popen(argv, env=env, cwd=cwd, pass_fds=keep, stdin=subprocess.DEVNULL,
                                         stdout=stdout, stderr=stderr, start_new_session=True)
         if wire_end is not None:
             wire_end.close()
@@ -103,14 +98,19 @@ class Learner:
         self._stack.close()
 
 
-def layout(answers: frozenset[str], submitted: Path, release: Path, scratch: tuple[Path, str]) -> Sandbox:
-    """The sandbox of one learner process of a check (see the module's docstring)."""
+def launch(argv: list[str], env: dict[str, str], answers: frozenset[str], submitted: Path, release: Path,
+           scratch: tuple[Path, str], **streams: Any) -> Learner:
+    """`argv` in a learner sandbox (see the module's docstring), with `env` and nothing of the
+    grader's; with --no-sandbox, the instructor's decision, a plain child among copies of the notebooks."""
+    if sandbox_disabled():
+        return Learner(None, argv, {**os.environ, **env, "COURSE_RELEASE": str(release)},
+                       _copied(submitted, scratch[0]), **streams)
     files = {f"{WORKDIR}/{p.name}": str(p) for p in sorted(Path(submitted).glob("*.ipynb"))}
     files.update({f"{RELEASE_INSIDE}/{p.name}": str(p) for p in sorted(Path(release).glob("*.ipynb"))})
     files.update(overlays(answers))
-    host, inside = scratch
-    return Sandbox(files=files, writable={inside: str(host)},
-                   env={"COURSE_RELEASE": RELEASE_INSIDE, "TMPDIR": "/tmp"}, limits=Limits())
+    sandbox = Sandbox(files=files, writable={scratch[1]: str(scratch[0])},
+                      env={"COURSE_RELEASE": RELEASE_INSIDE, "TMPDIR": "/tmp"}, limits=Limits())
+    return Learner(sandbox, argv, env, **streams)
 
 
 def start(what: str, answers: frozenset[str], submitted: Path, release: Path, scratch: tuple[Path, str],
@@ -120,16 +120,10 @@ def start(what: str, answers: frozenset[str], submitted: Path, release: Path, sc
     within a few times that (its cells ignore the interrupt) is stopped."""
     ours, theirs = socket.socketpair()
     argv = [sys.executable, "-P", "-m", "course.grading.learner.process", what]
-    env = {WIRE_FD: str(theirs.fileno()), "COURSE_RELEASE": str(release), CELL_SECONDS: repr(float(cell_seconds))}
-    ready_within = max(30.0, 3 * cell_seconds)
-    if sandbox_disabled():
-        learner = Learner(None, argv, env, cwd=_copied(submitted, scratch[0]), wire_end=theirs)
-    else:
-        sandbox = layout(answers, submitted, release, scratch)
-        sandbox.env.update({WIRE_FD: env[WIRE_FD], CELL_SECONDS: env[CELL_SECONDS]})
-        learner = Learner(sandbox, argv, {}, wire_end=theirs)
+    env = {WIRE_FD: str(theirs.fileno()), CELL_SECONDS: repr(float(cell_seconds))}
+    learner = launch(argv, env, answers, submitted, release, scratch, wire_end=theirs)
     try:
-        report = _ready(ours, learner, ready_within)
+        report = _ready(ours, learner, max(30.0, 3 * cell_seconds))
     except BaseException:
         ours.close()
         learner.close()
@@ -154,10 +148,7 @@ def start_worker(argv: list[str], answers: frozenset[str], submitted: Path, rele
     """A checkpoint worker (learner code, run by the course's worker) in a learner sandbox; its
     replies on a pipe, its stderr into `log` (a host path inside the check's scratch folder)."""
     with open(log, "ab") as handle:
-        if sandbox_disabled():
-            return Learner(None, argv, {"COURSE_RELEASE": str(release)}, cwd=_copied(submitted, scratch[0]),
-                           stdout=subprocess.PIPE, stderr=handle)
-        return Learner(layout(answers, submitted, release, scratch), argv, {}, stdout=subprocess.PIPE, stderr=handle)
+        return launch(argv, {}, answers, submitted, release, scratch, stdout=subprocess.PIPE, stderr=handle)
 
 
 def _copied(submitted: Path, scratch: Path) -> Path:
