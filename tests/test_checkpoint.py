@@ -156,6 +156,19 @@ def assert_current(connection, work, now=None):
         raise PermissionError("not the owner")
 '''
 
+ALL_BUT_GENERATION = '''
+def assert_current(connection, work, now=None):
+    """Wrong on purpose: the owner, the running state, the lease and the fields, not the generation."""
+    import time
+    now = time.time() if now is None else now
+    held = connection.execute(
+        "SELECT 1 FROM assistant_work WHERE id=? AND owner=? AND status='RUNNING' AND expires>? "
+        "AND subject=? AND role=? AND session=? AND prompt=?",
+        (work.id, work.owner, now, work.subject, work.role, work.session, work.prompt)).fetchone()
+    if held is None:
+        raise PermissionError("not the current holder")
+'''
+
 UNFENCED_FINISH = '''
 def finish(db, work, status, result, *, now=None):
     """Wrong on purpose: records the outcome without checking that `work` is still current."""
@@ -239,10 +252,29 @@ def test_an_owner_label_check_is_caught_by_the_paused_and_expired_holders(tmp_pa
             "02_fencing, then `finish` in 02_fencing)") in paused.failures
     assert ("the old worker's transcript observation was accepted after generation 2 took over (revisit "
             "`assert_current` in 02_fencing, then `observe` in 02_fencing)") in paused.failures
-    assert ("the old worker's supplier execution was accepted after generation 2 took over (revisit "
+    # Thawed while the replacement held the row, the stale completion ended the assignment: the
+    # supplier execution then met no lease at all, and the approved order was never sent.
+    assert ("the old worker's supplier execution was stopped by the order rules (OrderRefused: the assignment "
+            "has no live lease), not by the ownership fence, after generation 2 took over (revisit "
             "`assert_current` in 02_fencing)") in paused.failures
-    assert paused.supplier_orders == 1  # the fence failed, the idempotent supplier did not duplicate
+    assert paused.failures[0].startswith("the old worker's transcript observation was accepted"), paused.failures
+    assert paused.supplier_orders == 0 and paused.work_status == "BLOCKED"
     assert_nothing_left(tmp_path, recorded_pids(evidence))
+
+
+def test_a_fence_blind_to_the_generation_is_caught_where_the_generation_is_the_only_difference(tmp_path):
+    # The paused holder is thawed while its replacement holds the row (RUNNING, live lease, same
+    # label): a fence that checks everything but the generation accepts its writes there, and
+    # nowhere else does the generation alone decide, so the killed case passes.
+    folder = write_learner(tmp_path / "no-generation", RIGHT | {"assert_current": ALL_BUT_GENERATION})
+    killed, paused = run_checkpoint(folder, cases=["killed", "paused"], output_dir=tmp_path / "out")
+    assert killed.passed, killed.failures
+    assert paused.owner == paused.worker_owner and not paused.passed
+    assert any(f.startswith("the old worker's transcript observation was accepted after generation 2 took over")
+               for f in paused.failures), paused.failures
+    assert any(f.startswith("the old worker's completion was accepted after generation 2 took over")
+               for f in paused.failures), paused.failures
+    assert_nothing_left(tmp_path, recorded_pids([killed, paused]))
 
 
 def test_a_finish_without_the_fence_is_caught(tmp_path):

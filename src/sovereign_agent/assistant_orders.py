@@ -235,6 +235,8 @@ def _admit(
         spending = connection.execute("SELECT * FROM assistant_spending WHERE id=1").fetchone()
         if spending["reserved_pence"] + spending["spent_pence"] > min(spending["limit_pence"], policy.total_pence):
             raise OrderRefused("the account ceiling would be exceeded")
+        if state["expires"] is None:  # finished or released: no holder (only a broken fence lets one get here)
+            raise OrderRefused("the assignment has no live lease")
         if state["expires"] - now <= supplier.timeout:
             raise OrderRefused(
                 f"the lease has {state['expires'] - now:.1f} s left, less than the supplier's "

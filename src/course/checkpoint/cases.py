@@ -10,10 +10,11 @@ killed               SIGKILL the worker; wait for the lease to really run out; t
 live_stale           the worker stays alive. After expiry (before any replacement) it tries a
                      transcript write; after the replacement finished it tries a transcript
                      write, a completion and a supplier execution with its old claim.
-paused               the worker is frozen (SIGSTOP) while it holds the lease and resumed
-                     (SIGCONT) after the replacement finished, then tries the same three writes.
-                     It uses the SAME owner label as its replacement, as a process restarted
-                     from the same configuration would: only the generation tells them apart.
+paused               the worker is frozen (SIGSTOP) while it holds the lease, and resumed
+                     (SIGCONT) while its replacement holds the assignment (RUNNING, live lease),
+                     where it tries the same three writes. It uses the SAME owner label as its
+                     replacement, as a process restarted from the same configuration would: the
+                     row then differs from its claim in the generation alone.
 accepted_then_crash  the worker sends the order; the supplier commits it and holds the answer;
                      the parent kills the worker as soon as the commit is on disk, so the order
                      is SENDING locally and accepted remotely. A later assignment is queued. After
@@ -347,11 +348,12 @@ def _wait_for_expiry(stage: Stage) -> None:
     evidence.mark("replacement", "lease expired (wall clock)", now)
 
 
-def _replace(stage: Stage, owner: str) -> None:
-    """The replacement: the real run_once, with a model that fails if asked."""
+def _replace(stage: Stage, owner: str, holding: Callable[[], None] | None = None) -> None:
+    """The replacement: the real run_once, with a model that fails if asked. `holding` runs once
+    while the replacement holds its claim, before it decides what to continue."""
     evidence = stage.prepared.evidence
     model = NoNewReasoning()
-    outcome, began, ended = _worker_pass(stage, model, owner)
+    outcome, began, ended = _worker_pass(stage, model, owner, holding)
     evidence.model_calls = model.calls
     evidence.replacement = _jsonable(outcome) | {"owner": owner, "began": began, "ended": ended}
     evidence.mark("replacement", "run_once", began)
@@ -361,13 +363,16 @@ def _replace(stage: Stage, owner: str) -> None:
     })
 
 
-def _worker_pass(stage: Stage, model: Any, owner: str) -> tuple[dict[str, Any], float, float]:
+def _worker_pass(stage: Stage, model: Any, owner: str,
+                 holding: Callable[[], None] | None = None) -> tuple[dict[str, Any], float, float]:
     """One real run_once in the parent; a failure becomes the outcome's "error", not a crash."""
     began = time.time()
     learner = stage.setting.ownership
     decisions: list[tuple[str, Any]] = []  # (work id, what the learner's order_to_continue returned)
 
     def order_to_continue(db: Any, work: Any) -> Any:
+        if holding is not None and not decisions:  # run_once asks right after its claim
+            holding()
         decision = learner.order_to_continue(db, work)
         decisions.append((work.id, decision))
         return decision
@@ -469,9 +474,12 @@ def _live_stale(stage: Stage) -> None:
 def _paused(stage: Stage) -> None:
     stage.prepared.evidence.worker_state_when_paused = stage.prepared.worker.pause()
     _wait_for_expiry(stage)
-    _replace(stage, SAME_LABEL)
-    stage.prepared.worker.resume()
-    _stale_writes(stage)
+
+    def thaw() -> None:  # the replacement holds generation 2, RUNNING, under the same label, lease live
+        stage.prepared.worker.resume()
+        _stale_writes(stage)
+
+    _replace(stage, SAME_LABEL, holding=thaw)
     _dismiss(stage)
 
 

@@ -51,7 +51,9 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
     _judge_old_worker(evidence, say)
     if evidence.expiry_observed_at is None:
         return evidence  # the case stopped before the lease ran out; the reason is recorded
-    for part in (_judge_lease, _judge_replacement, _judge_supplier, _judge_records, _judge_stale_writes):
+    # The old holder's accepted writes first: in the live and paused cases they are the cause, and
+    # what the replacement then could not do follows from them.
+    for part in (_judge_stale_writes, _judge_lease, _judge_replacement, _judge_supplier, _judge_records):
         part(evidence, say)
     if evidence.case == ACCEPTED_THEN_CRASH:
         _judge_accepted_then_crash(evidence)
