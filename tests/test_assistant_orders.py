@@ -399,6 +399,38 @@ def test_a_receipt_for_a_stale_holder_is_not_recorded(db, policy, supplier):
     assert list(late.ledger) == [order]
 
 
+def test_a_lost_response_seen_by_a_replaced_holder_leaves_no_write(db, policy):
+    """The answer is lost after the holding was replaced: the stale holder records nothing, not even
+    the uncertainty (the order stays SENDING, which recovery looks up the same way as UNKNOWN)."""
+    work = held_work(db)
+    order = approved_vanilla(db, policy, work)
+
+    class ReplacedMidFlight(FakeSupplier):
+        def order(self, operation, proposal):
+            cancel(db, work.id)  # the holding changes while the request is in flight
+            return super().order(operation, proposal)
+
+    late = ReplacedMidFlight()
+    late.lose_responses = 1
+    events = db.connection.execute("SELECT count(*) FROM events").fetchone()[0]
+    with pytest.raises(OutcomeUnknown):
+        execute(db, work, order, late, policy=policy)
+    assert row(db, "assistant_orders", order)["status"] == "SENDING"
+    kinds = [r[0] for r in db.connection.execute("SELECT kind FROM events WHERE seq>?", (events,))]
+    assert "assistant.order.unknown" not in kinds and money(db) == (1500, 0)
+
+
+def test_admission_refuses_in_words_an_assignment_that_holds_no_lease(db, policy, supplier):
+    """Only a fence that lets a finished holding through gets here; the refusal names why."""
+    work = held_work(db)
+    order = approved_vanilla(db, policy, work)
+    with db.immediate() as connection:
+        connection.execute("UPDATE assistant_work SET status='DONE', expires=NULL WHERE id=?", (work.id,))
+    with pytest.raises(OrderRefused, match="no live lease"):
+        execute(db, work, order, supplier, policy=policy, fence=lambda *args: None)
+    assert supplier.calls == [] and row(db, "assistant_orders", order)["status"] == "APPROVED"
+
+
 def test_order_to_continue_finds_the_recorded_non_draft_order(db, policy):
     work = held_work(db)
     propose(db, work, "SKU-VANILLA", 5, target=SUPPLIER_IDENTITY)

@@ -1,4 +1,4 @@
-"""The crash matrix: every crash point x nemesis against the reference, and three broken learners caught.
+"""The crash matrix: every crash point x nemesis against the reference, and four broken learners caught.
 
 The whole matrix runs once, through the script (real processes, real SIGKILL/SIGSTOP, real
 leases); each broken implementation gets the few trials that must catch it. Every process a
@@ -23,7 +23,7 @@ from course.checkpoint.crashpoints import POINTS
 from course.checkpoint.invariants import INVARIANTS
 from course.checkpoint.matrix import MAX_JITTER, matrix_specs, run_matrix, soak_specs
 from course.checkpoint.trial import NEMESES, TrialSpec
-from test_checkpoint import OWNER_ONLY, RIGHT, STUB_CLASS, UNFENCED_FINISH, recorded_pids, stub, write_learner
+from test_checkpoint import ALL_BUT_GENERATION, OWNER_ONLY, RIGHT, STUB_CLASS, UNFENCED_FINISH, recorded_pids, stub, write_learner
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "checkpoints" / "ch12_crash_matrix.py"
@@ -103,6 +103,21 @@ def test_each_broken_implementation_is_caught_by_a_sentence_naming_its_function(
         assert any(f"crash point {trial.point} with {trial.nemesis}" in sentence and
                    f"revisit {function}" in sentence for sentence in trial.failures), trial.failures
         assert trial.left_running == []
+    assert_nothing_left(tmp_path, recorded_pids(result))
+
+
+def test_a_fence_blind_to_the_generation_survives_every_kill_and_is_caught_by_every_thawed_holder(tmp_path):
+    # A killed holder never writes again, so checking the owner, the state and the lease is enough
+    # there. A frozen one is thawed while the replacement holds the row under the same label: only
+    # the generation can refuse it, at every point where it had something left to write.
+    folder = write_learner(tmp_path / "learner", RIGHT | {"assert_current": ALL_BUT_GENERATION})
+    result = run_matrix(matrix_specs(), folder, output_dir=tmp_path / "out")
+    caught = {(trial.point, trial.nemesis) for trial in result if not trial.passed}
+    assert caught == {(point, "SIGSTOP") for point in POINTS if point != "finished"}, sorted(caught)
+    for trial in result:
+        if not trial.passed:
+            assert any("after the takeover" in sentence or "the last completion came from generation 1" in sentence
+                       for sentence in trial.failures), trial.failures
     assert_nothing_left(tmp_path, recorded_pids(result))
 
 

@@ -8,6 +8,7 @@ transaction, the request follows, and the receipt is recorded in another fenced 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -170,10 +171,10 @@ def execute(
     try:
         receipt = supplier.order(order_id, json.loads(order["proposal"]))
     except OutcomeUnknown:
-        with db.immediate() as connection:
-            # Unfenced on purpose (a timed-out holder may be stale by now), so it only ever
-            # downgrades SENDING; once a replacement settled the order it changes nothing, and a
-            # stale generation then leaves no event behind either.
+        # Fenced like every write: a holder replaced while it waited leaves the order SENDING, which
+        # recovery treats as UNKNOWN (looked up before anything is resent). Only SENDING is downgraded.
+        with contextlib.suppress(PermissionError), db.immediate() as connection:
+            fence(connection, work)
             marked = connection.execute(
                 "UPDATE assistant_orders SET status='UNKNOWN' WHERE id=? AND status='SENDING'", (order_id,)
             ).rowcount

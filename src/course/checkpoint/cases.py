@@ -11,8 +11,8 @@ live_stale           the worker stays alive. After expiry (before any replacemen
                      transcript write; after the replacement finished it tries a transcript
                      write, a completion and a supplier execution with its old claim.
 paused               the worker is frozen (SIGSTOP) while it holds the lease, and resumed
-                     (SIGCONT) while its replacement holds the assignment (RUNNING, live lease),
-                     where it tries the same three writes. It uses the SAME owner label as its
+                     (SIGCONT) while its replacement holds the assignment (RUNNING, live lease,
+                     just before it completes), where it tries the same three writes. It uses the SAME owner label as its
                      replacement, as a process restarted from the same configuration would: the
                      row then differs from its claim in the generation alone.
 accepted_then_crash  the worker sends the order; the supplier commits it and holds the answer;
@@ -349,8 +349,7 @@ def _wait_for_expiry(stage: Stage) -> None:
 
 
 def _replace(stage: Stage, owner: str, holding: Callable[[], None] | None = None) -> None:
-    """The replacement: the real run_once, with a model that fails if asked. `holding` runs once
-    while the replacement holds its claim, before it decides what to continue."""
+    """The replacement: the real run_once, with a model that fails if asked (`holding`: see _worker_pass)."""
     evidence = stage.prepared.evidence
     model = NoNewReasoning()
     outcome, began, ended = _worker_pass(stage, model, owner, holding)
@@ -365,22 +364,29 @@ def _replace(stage: Stage, owner: str, holding: Callable[[], None] | None = None
 
 def _worker_pass(stage: Stage, model: Any, owner: str,
                  holding: Callable[[], None] | None = None) -> tuple[dict[str, Any], float, float]:
-    """One real run_once in the parent; a failure becomes the outcome's "error", not a crash."""
+    """One real run_once in the parent; a failure becomes the outcome's "error", not a crash.
+    `holding` runs once just before the pass completes its work: the row is still RUNNING under
+    this pass's claim, with a live lease, and its orders are settled."""
     began = time.time()
     learner = stage.setting.ownership
     decisions: list[tuple[str, Any]] = []  # (work id, what the learner's order_to_continue returned)
+    held: list[bool] = []
 
     def order_to_continue(db: Any, work: Any) -> Any:
-        if holding is not None and not decisions:  # run_once asks right after its claim
-            holding()
         decision = learner.order_to_continue(db, work)
         decisions.append((work.id, decision))
         return decision
 
+    def finish(db: Any, work: Any, *args: Any, **kwargs: Any) -> Any:
+        if holding is not None and not held:
+            held.append(True)
+            holding()
+        return learner.finish(db, work, *args, **kwargs)
+
     try:
         outcome = run_once(
             stage.prepared.db, model, owner=owner, supplier=stage.prepared.supplier.client(timeout=SUPPLIER_TIMEOUT),
-            policy=stage.policy, ownership=dataclasses.replace(learner, order_to_continue=order_to_continue),
+            policy=stage.policy, ownership=dataclasses.replace(learner, order_to_continue=order_to_continue, finish=finish),
         )
     except NotImplementedYet:
         raise
@@ -480,6 +486,9 @@ def _paused(stage: Stage) -> None:
         _stale_writes(stage)
 
     _replace(stage, SAME_LABEL, holding=thaw)
+    if not stage.prepared.evidence.stale_attempts:  # the replacement never reached its completion
+        stage.prepared.worker.resume()
+        _stale_writes(stage)
     _dismiss(stage)
 
 

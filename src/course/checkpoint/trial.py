@@ -7,7 +7,8 @@
     -> the lease really runs out (wall clock against the row's `expires`)
     -> takeover snapshot, then the replacement: the real run_once in this process, same owner
        label as the old worker (a restarted process), a counted offline model
-    -> SIGSTOP only: SIGCONT after the replacement finished, and the old worker goes on writing
+    -> SIGSTOP only: SIGCONT just before the replacement completes (its row RUNNING, lease live),
+       and the old worker goes on writing; then the replacement completes
     -> every process stopped and reaped; counts read from the shop database and the supplier's
        ledger file; invariants.judge_trial decides.
 
@@ -126,14 +127,11 @@ def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvid
     _wait_for_expiry(stage)
     evidence.takeover = _high_water(prepared.database, evidence.work_id)
     model = CountingModel(OfflineShopModel())
-    outcome, began, ended = _worker_pass(stage, model, SAME_LABEL)
-    evidence.model_calls = model.calls
-    evidence.replacement = _jsonable(outcome) | {"owner": SAME_LABEL, "began": began, "ended": ended}
-    evidence.after_replacement = work_state(prepared.database, evidence.work_id) | {"at": time.time()}
-    evidence.mark("replacement", "run_once", began)
-    evidence.leases.append({"lane": "replacement", "generation": outcome.get("generation"), "owner": SAME_LABEL,
-                            "start": began, "end": ended, "kind": "pass"})
-    if spec.nemesis == SIGSTOP:
+    thawed: list[bool] = []
+
+    def thaw() -> None:
+        """SIGSTOP only: the old worker goes on with its pass, told to where its own hook stopped it."""
+        thawed.append(True)
         worker.resume()
         if spec.point != SUPPLIER_POINT:  # stopped by its own hook: it waits to be told to go on
             worker.send({"do": "go"})
@@ -142,6 +140,19 @@ def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvid
         refused = str(ended_with).startswith("PermissionError")
         evidence.mark("old worker", f"after takeover, pass ended: {ended_with}", evidence.old_pass["ended_at"],
                       boundary="pass", outcome="refused" if refused else str(ended_with)[:40])
+
+    # A frozen worker is thawed just before the replacement completes: the row is RUNNING, its lease
+    # live, its label the same, so the generation is the only difference between the claim and the row.
+    outcome, began, ended = _worker_pass(stage, model, SAME_LABEL, thaw if spec.nemesis == SIGSTOP else None)
+    evidence.model_calls = model.calls
+    evidence.replacement = _jsonable(outcome) | {"owner": SAME_LABEL, "began": began, "ended": ended}
+    evidence.after_replacement = work_state(prepared.database, evidence.work_id) | {"at": time.time()}
+    evidence.mark("replacement", "run_once", began)
+    evidence.leases.append({"lane": "replacement", "generation": outcome.get("generation"), "owner": SAME_LABEL,
+                            "start": began, "end": ended, "kind": "pass"})
+    if spec.nemesis == SIGSTOP:
+        if not thawed:  # the replacement completed nothing (the old pass had finished the work, or it failed)
+            thaw()
         worker.request({"do": "exit"})
         if worker.wait() is None:
             raise WorkerFailed("the old worker did not exit after being told to")
