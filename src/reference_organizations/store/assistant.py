@@ -69,7 +69,10 @@ def reconcile_once(
 
 
 def lease_seconds(limits: Limits, supplier: Supplier | None) -> float:
-    """Long enough for the whole bounded pass, so an honest worker never outlives its lease."""
+    """The loop's time budget, one supplier wait and a margin. The loop checks its budget only
+    before a turn, so a last model call that starts near the budget's end, or a process frozen
+    after admission, can still outlive the lease: what this bounds is admission, which refuses a
+    request whose declared wait would exceed the remaining lease."""
     return limits.max_seconds + (supplier.timeout if supplier else 0) + LEASE_MARGIN_SECONDS
 
 
