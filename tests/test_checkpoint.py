@@ -274,6 +274,30 @@ def test_a_fence_blind_to_the_generation_is_caught_where_the_generation_is_the_o
     assert_nothing_left(tmp_path, recorded_pids([killed, paused]))
 
 
+def test_a_case_whose_experiment_went_wrong_runs_again_and_a_learner_failure_does_not(tmp_path, monkeypatch):
+    from course.checkpoint import cases
+
+    stumbled = []
+    real = cases.STEPS["killed"]
+
+    def stumbles_once(stage):  # the machine's fault, once: no function of the learner's is named
+        if not stumbled:
+            stumbled.append(stage.prepared.evidence.work_id)
+            raise cases.Abort("the old worker's lease had already run out when the parent could first look")
+        real(stage)
+
+    monkeypatch.setitem(cases.STEPS, "killed", stumbles_once)
+    folder = write_learner(tmp_path / "owner-only", RIGHT | {"assert_current": OWNER_ONLY})
+    killed, live = run_checkpoint(folder, cases=["killed", "live_stale"], output_dir=tmp_path / "out")
+    assert len(stumbled) == 1 and killed.passed and killed.tries == 2, killed.failures
+    assert killed.work_id != stumbled[0]  # a fresh shop, supplier and worker for the second run
+    from course.checkpoint.report import case_line
+
+    assert "run 2 times: the experiment itself went wrong before" in case_line(killed)
+    assert not live.passed and live.tries == 1  # the learner's fence is named: running again changes nothing
+    assert_nothing_left(tmp_path, recorded_pids([killed, live]))
+
+
 def test_a_finish_without_the_fence_is_caught(tmp_path):
     folder = write_learner(tmp_path / "unfenced", RIGHT | {"finish": UNFENCED_FINISH})
     (case,) = run_checkpoint(folder, cases=["live_stale"], output_dir=tmp_path / "out")

@@ -83,6 +83,9 @@ class CaseEvidence:
     expiry_observed_at: float | None = None  # when the parent's poll saw the lease had run out
     lease_waited_seconds: float | None = None  # lease_expires_at - lease_started_at
 
+    # runs of this case: one more each time the experiment itself went wrong (verdict.experiment_failed)
+    tries: int = 1
+
     # for the timeline
     events: list[dict[str, Any]] = field(default_factory=list)
     supplier_requests: list[dict[str, Any]] = field(default_factory=list)

@@ -30,6 +30,8 @@ def case_line(case: CaseEvidence) -> str:
         facts.append(f"lease waited {case.lease_waited_seconds:.2f} s")
     if case.wall_seconds is not None:
         facts.append(f"wall {case.wall_seconds:.2f} s")
+    if case.tries > 1:
+        facts.append(f"run {case.tries} times: the experiment itself went wrong before")
     line = f"{case.case:<20} {verdict}  " + "; ".join(facts)
     return line + "".join(f"\n    - {failure}" for failure in case.failures)
 

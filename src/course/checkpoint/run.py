@@ -19,16 +19,19 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from course.checkpoint.cases import ALL, TITLES, Prepared, Setting, prepare, run_prepared
 from course.checkpoint.evidence import CaseEvidence, lease_union
-from course.checkpoint.verdict import judge
+from course.checkpoint.verdict import experiment_failed, judge
 from course.learner import REFERENCE_NAME, LearnerCodeError, describe, load_implementation
 from sovereign_agent.ownership import Ownership
 
+# A case whose experiment itself went wrong runs again, up to this many runs in all: what the
+# machine did (a slow start eating the lease, a signal that landed late) must not cost points.
+TRIES = 3
 # Narrower than any claim allows (the runtime's check_ttl): the checkpoint waits each lease out
 # on the wall clock, case after case, and below half a second a process start eats the lease.
 CHECKPOINT_LEASE_SECONDS = (0.5, 60)
@@ -154,10 +157,22 @@ def _run_cases(cases: tuple[str, ...], setting: Setting, result: Checkpoint) -> 
             finishing.append(current)
             result.append(judge(evidence))
             prepare_next()  # if the case stopped before its claim
+        _run_again_where_the_experiment_failed(result, setting, spawner)
     finally:
         _reap(finishing)
         _reap(upcoming)  # interrupted between preparing a case and running it
         spawner.shutdown(wait=True)
+
+
+def _run_again_where_the_experiment_failed(result: Checkpoint, setting: Setting, spawner: Any) -> None:
+    """A case that failed for reasons of the machine only runs again, alone, in a folder of its own."""
+    for index in range(len(result)):
+        while experiment_failed(result[index]) and result[index].tries < TRIES:
+            tries = result[index].tries + 1
+            again = replace(setting, folder=setting.folder / f"try-{tries}",
+                            private=setting.private and setting.private / f"try-{tries}")
+            result[index] = judge(run_prepared(prepare(result[index].case, again, spawner), again))
+            result[index].tries = tries
 
 
 def _reap(cases: list[Prepared]) -> None:

@@ -38,6 +38,14 @@ def revisit(*functions: str) -> str:
     return " (revisit " + (named[0] if len(named) == 1 else ", then ".join(named)) + ")"
 
 
+def experiment_failed(evidence: CaseEvidence) -> bool:
+    """The case failed, and no sentence names a function of the learner's: the experiment itself
+    went wrong (a signal that did not land, a machine too slow for the lease), so a run decides
+    nothing about the learner's code and may be repeated."""
+    learners = ("(revisit ", "not implemented yet", "save ")
+    return bool(evidence.failures) and not any(word in sentence for sentence in evidence.failures for word in learners)
+
+
 def judge(evidence: CaseEvidence) -> CaseEvidence:
     """Append an explanation to `evidence.failures` for every expectation the facts break."""
     if evidence.failures:
