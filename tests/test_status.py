@@ -214,3 +214,83 @@ def test_format_report_has_four_sections(db):
         "CANCELLATION",
         "EXTERNAL",
     ]
+
+
+# --- process evidence: liveness beside the lease, from the operating system ---------------------
+
+HOLDER = """
+import sys, time
+from sovereign_agent.assistant_work import claim
+from sovereign_agent.database import Database
+from sovereign_agent.processes import record_process
+db = Database(sys.argv[1])
+work = claim(db, "lucy-stock-worker", ttl=float(sys.argv[2]))
+record_process(db, "lucy-stock-worker")
+print(work.id, flush=True)
+time.sleep(60)
+"""
+
+
+def start_holder(tmp_path, db, ttl):
+    """A real process that claims the only READY assignment, records itself and stays."""
+    import subprocess
+    import sys
+
+    from reference_organizations.children import spawn
+
+    enqueue(db, "phone:holder", "lucy", "Reorder what is short", subject="SKU-VANILLA")
+    holder = spawn([sys.executable, "-c", HOLDER, str(db.path), str(ttl)], cwd=tmp_path, stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip(), "the holder did not claim"
+    return holder
+
+
+def held_process(db):
+    (held,) = status_report(db)["health"]["processes"]
+    return held
+
+
+def test_a_killed_holder_shows_as_not_running_while_its_lease_still_runs(db, tmp_path):
+    from reference_organizations.children import stop
+
+    holder = start_holder(tmp_path, db, ttl=30)
+    try:
+        live = held_process(db)
+        assert live["running"] is True and live["pid"] == holder.pid and live["lease_seconds_left"] > 20
+        assert status_report(db)["health"]["attention"] == []
+        holder.kill()
+        assert holder.wait(10) == -9
+        dead = held_process(db)
+        report = status_report(db)
+        assert dead["running"] is False and dead["lease_seconds_left"] > 20
+        assert any("is not running, yet its lease runs" in item for item in report["health"]["attention"])
+        assert report["progress"]["attention"] == []  # the lease is live: nothing to replace yet
+        assert "NOT RUNNING" in format_report(report)
+    finally:
+        stop(holder)
+
+
+def test_a_live_holder_whose_lease_ran_out_is_running_and_no_longer_allowed(db, tmp_path):
+    from reference_organizations.children import stop
+
+    holder = start_holder(tmp_path, db, ttl=1)
+    try:
+        deadline = time.monotonic() + 10
+        while held_process(db)["lease_seconds_left"] > 0:  # the real lease, on the wall clock
+            assert time.monotonic() < deadline, "the lease did not run out"
+            time.sleep(0.05)
+        report = status_report(db)
+        assert held_process(db)["running"] is True
+        assert any("is running, but its lease ran out" in item for item in report["health"]["attention"])
+        assert any("expired holder(s) awaiting replacement" in item for item in report["progress"]["attention"])
+    finally:
+        stop(holder)
+
+
+def test_a_reused_pid_is_not_the_recorded_process(db):
+    from sovereign_agent.processes import identity, is_running
+
+    me = identity()
+    assert is_running(me) is True
+    assert is_running(me | {"started": "0"}) is False  # the same pid, started at another time
+    assert is_running(me | {"boot": "another-boot"}) is False and is_running(me | {"host": "elsewhere"}) is None
+    assert is_running(None) is None

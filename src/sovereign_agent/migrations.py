@@ -140,6 +140,16 @@ CREATE TABLE shop_cash(
     pence INTEGER NOT NULL
 )"""
 
+# Which process holds a claim (sovereign_agent.processes): evidence for the status report only.
+_PROCESSES = """
+CREATE TABLE assistant_processes(
+    owner TEXT PRIMARY KEY CHECK (length(owner) BETWEEN 1 AND 200),
+    host TEXT NOT NULL,
+    boot TEXT NOT NULL,
+    pid INTEGER NOT NULL CHECK (pid > 0),
+    started TEXT NOT NULL
+)"""
+
 MIGRATIONS: list[list[str]] = [
     [
         _CONTROL,
@@ -156,4 +166,5 @@ MIGRATIONS: list[list[str]] = [
         _SHOP,
         _CASH,
     ],
+    [_PROCESSES],
 ]

@@ -1,8 +1,9 @@
 """An operational status report: four separate answers, never one green light.
 
-* ``health``: can this runtime act at all? The database opens and passes ``quick_check``, its
-  authority marker agrees with it, the runtime is or is not paused, and (if a supplier client is
-  given) the supplier answers.
+* ``health``: are the parts up? The database opens and passes ``quick_check``, its authority
+  marker agrees with it, the runtime is or is not paused, (if a supplier client is given) the
+  supplier answers, and each holder's process, as its worker recorded it, is or is not running
+  (sovereign_agent.processes: same host, same boot, same pid and start time).
 * ``progress``: is the work moving? Counts by status, live holders with their lease left,
   expired holders still awaiting a replacement, blocked work and when it may retry.
 * ``cancellation``: what operators stopped, and which of those assignments still have a
@@ -10,8 +11,9 @@
 * ``external``: what happened outside: orders by status, money reserved / spent / limit, and
   uncertain orders awaiting reconciliation.
 
-These disagree in exactly the cases that matter: a healthy process whose work is stuck behind an
-expired holder; DONE work whose order is UNKNOWN at the supplier. Each section therefore carries
+These disagree in exactly the cases that matter: a holder whose process is gone while its lease
+still runs (nobody may take the work over yet); a running process whose lease ran out (alive,
+but no longer allowed to write); DONE work whose order is UNKNOWN at the supplier. Each section therefore carries
 its own ``attention`` list, and nothing folds them into a single status.
 
 The report only reads. Given a path, it opens the file read-only, so it can describe a database
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sovereign_agent.database import BUSY_TIMEOUT_SECONDS, Database, authority_marker
+from sovereign_agent.processes import is_running
 
 WORK_STATES = ("READY", "RUNNING", "DONE", "BLOCKED", "CANCELLED")
 ORDER_STATES = ("DRAFT", "APPROVED", "SENDING", "UNKNOWN", "CONFIRMED", "REJECTED", "REVOKED")
@@ -63,6 +66,7 @@ def status_report(
                 connection.execute("BEGIN")  # one snapshot for every figure below
             try:
                 health.update(_health(connection))
+                health["processes"] = _processes(connection, now)
                 report["progress"] = _progress(connection, now, paused=health["paused"])
                 report["cancellation"] = _cancellation(connection)
                 report["external"] = _external(connection, now)
@@ -112,6 +116,12 @@ def _health_lines(health: dict[str, Any]) -> list[str]:
             f"  authority     {'consistent' if authority['ok'] else 'INCONSISTENT: ' + authority['problem']}",
             f"  runtime       {'PAUSED' if health['paused'] else 'accepting work'}",
         ]
+    lines += [
+        f"  process       {held['owner']}  pid {held['pid'] or '-'}  "
+        + {True: "running", False: "NOT RUNNING", None: "cannot tell here"}[held["running"]]
+        + f"  holds {held['work']} (generation {held['generation']})"
+        for held in health.get("processes", [])
+    ]
     supplier = health["supplier"]
     if not supplier["checked"]:
         lines.append(f"  supplier      not checked ({supplier['error'] or 'no supplier client given'})")
@@ -222,6 +232,25 @@ def _health(connection: sqlite3.Connection) -> dict[str, Any]:
         "authority": {"ok": problem is None, "epoch": epoch, "marker": marker_epoch, "problem": problem},
         "paused": bool(control["paused"]) if control else None,
     }
+
+
+def _processes(connection: sqlite3.Connection, now: float) -> list[dict[str, Any]]:
+    """Each RUNNING holder's process as its worker recorded it, checked against the OS now."""
+    if not connection.execute("SELECT 1 FROM sqlite_master WHERE name='assistant_processes'").fetchone():
+        return []  # a database from before processes were recorded
+    rows = connection.execute(
+        "SELECT w.id, w.owner, w.generation, w.expires, p.host, p.boot, p.pid, p.started "
+        "FROM assistant_work w LEFT JOIN assistant_processes p ON p.owner = w.owner "
+        "WHERE w.status='RUNNING' ORDER BY w.expires LIMIT ?",
+        (LIST_LIMIT,),
+    )
+    found = []
+    for r in rows:
+        record = None if r["pid"] is None else {k: r[k] for k in ("host", "boot", "pid", "started")}
+        found.append({"work": r["id"], "owner": r["owner"], "generation": r["generation"],
+                      "pid": r["pid"], "host": r["host"], "running": is_running(record),
+                      "lease_seconds_left": r["expires"] - now})
+    return found
 
 
 def _holders(connection: sqlite3.Connection, now: float, *, live: bool) -> list[dict[str, Any]]:
@@ -422,6 +451,14 @@ def _health_attention(health: dict[str, Any]) -> list[str]:
         attention.append("runtime is paused")
     if health["supplier"]["ok"] is False:
         attention.append(f"supplier unreachable: {health['supplier']['error']}")
+    for held in health["processes"]:
+        who = f"work {held['work']}'s holder {held['owner']} (pid {held['pid']})"
+        if held["running"] is False and held["lease_seconds_left"] > 0:
+            attention.append(f"{who} is not running, yet its lease runs {held['lease_seconds_left']:.1f} s more: "
+                             "no replacement may take the work until it runs out")
+        elif held["running"] and held["lease_seconds_left"] <= 0:
+            attention.append(f"{who} is running, but its lease ran out {-held['lease_seconds_left']:.1f} s ago: "
+                             "alive, and no longer allowed to write")
     return attention
 
 

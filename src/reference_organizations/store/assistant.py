@@ -20,6 +20,7 @@ from sovereign_agent.assistant_work import BudgetExhausted, Claim, reserve_model
 from sovereign_agent.database import Database
 from sovereign_agent.model import Model
 from sovereign_agent.ownership import REFERENCE, Ownership
+from sovereign_agent.processes import record_process
 from sovereign_agent.records import is_cancelled, is_uncertain, orders_of
 from sovereign_agent.suppliers import OutcomeUnknown, Supplier
 
@@ -45,6 +46,7 @@ def run_once(
     work = ownership.claim(db, owner, ttl=lease_seconds(limits, supplier))
     if work is None:
         return {"status": "IDLE"}
+    record_process(db, owner)
     order = ownership.order_to_continue(db, work)
     if order is not None and supplier is not None:
         return _continue_order(db, work, order, supplier, policy, ownership)
@@ -64,6 +66,7 @@ def reconcile_once(
     work = ownership.claim(db, owner or _fresh_owner(), ttl=lease_seconds(limits, supplier), recovery_only=True)
     if work is None:
         return {"status": "IDLE"}
+    record_process(db, work.owner)
     order = ownership.order_to_continue(db, work)
     return _continue_order(db, work, order, supplier, policy, ownership)
 
