@@ -43,7 +43,26 @@ def test_the_working_copy_is_created_once_and_never_overwritten(tmp_path):
     assert copied == [] and "(my notes)" in mine.read_text()  # the learner's work is kept
     mine.unlink()  # "start a notebook over"
     _, copied = working_copy(root)
-    assert copied == ["02_fencing.ipynb"] and mine.read_text() == (root / "notebooks" / "ch12" / mine.name).read_text()
+    released = json.loads((root / "notebooks" / "ch12" / mine.name).read_text())
+    assert copied == ["02_fencing.ipynb"] and json.loads(mine.read_text())["cells"] == released["cells"]
+
+
+def test_the_working_copy_carries_what_a_real_kernel_reports_so_lab_opens_it_unchanged(tmp_path):
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import start_new_kernel
+
+    folder, _ = working_copy(course_copy(tmp_path / "course"))
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+        reply = client.kernel_info(reply=True, timeout=30)["content"]
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    for path in folder.glob("*.ipynb"):
+        metadata = json.loads(path.read_text())["metadata"]
+        assert metadata["language_info"] == reply["language_info"], path.name
+        assert metadata["kernelspec"] == {"display_name": spec.display_name, "language": "python", "name": "python3"}
 
 
 def test_the_working_copy_is_ignored_by_git():

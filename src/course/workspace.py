@@ -15,8 +15,8 @@ outside the server's root.
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -39,9 +39,22 @@ def working_copy(root: Path) -> tuple[Path, list[str]]:
     for notebook in sorted(release.glob("*.ipynb")):
         target = folder / notebook.name
         if not target.exists():
-            shutil.copy2(notebook, target)
+            _copy_for_this_kernel(notebook, target)
             copied.append(notebook.name)
     return folder, copied
+
+
+def _copy_for_this_kernel(source: Path, target: Path) -> None:
+    """A copy whose kernel metadata is what this machine's kernel reports when it starts:
+    JupyterLab writes that into an open notebook, and a notebook it changed opens marked unsaved."""
+    from ipykernel.ipkernel import IPythonKernel
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    notebook = json.loads(source.read_text())
+    notebook["metadata"]["kernelspec"] = {"display_name": KernelSpecManager().get_kernel_spec("python3").display_name,
+                                          "language": "python", "name": "python3"}
+    notebook["metadata"]["language_info"] = dict(IPythonKernel.language_info)
+    target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
 
 
 def jupyter_lab(root: Path, *, instructor: bool, extra: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
