@@ -5,6 +5,12 @@ notebook's `setup` cells and the learner's graded definitions (no observation ce
 test cell). On the blank release every failing test says "not implemented yet" in the
 observation cells' words; with a wrong function, each message names the one cause the check
 established; an observation that the learner's code contradicts says so.
+
+`test_a_plausible_wrong_answer_is_told_by_its_visible_test` is the learner's side of the hidden
+mutants: for each graded function and data answer of 02 and 03, a plausible wrong answer in a
+real kernel, as Lab runs it. Its visible test fails and names the answer, or passes and says in
+one line what is checked when the instructor grades; an observation that promised "the test below
+explains" is followed by a test that does.
 """
 
 from __future__ import annotations
@@ -180,8 +186,10 @@ def test_the_paused_check_shows_its_specific_hint_before_the_general_verdict(tmp
                    resources={"metadata": {"path": str(folder)}}).execute()
     (error,) = [o for o in notebook.cells[-1].outputs if o.output_type == "error"]
     said = " ".join(error.evalue.split())  # the message is wrapped into lines
-    assert error.ename == "CheckFailed" and said.startswith("After SIGCONT the old worker's refused writes were []")
-    assert "a fence that compares owner labels only would accept them" in said, said
+    assert error.ename == "CheckFailed" and said.startswith(
+        "Thawed while its replacement held the assignment (RUNNING, live lease, same owner label), the old worker's "
+        "refused writes were []"), said
+    assert "here only the generation can refuse it" in said, said
     assert "(revisit `assert_current` in 02_fencing" in said
 
 
@@ -228,3 +236,227 @@ def test_a_test_after_a_kernel_restart_says_run_the_cell_not_write_it():
     assert "`finish` is not defined in this kernel" in printed and "not implemented yet" not in printed, printed
     stubbed = run_in_a_kernel("02_fencing.ipynb", {"finish": stub("def finish(db, work, status, result):")}, "test_finish")
     assert "not implemented yet: write `finish`" in stubbed, stubbed
+
+
+# --- The learner's side of the hidden mutants: one plausible wrong answer per graded function and
+# data answer of 02 and 03 (01's `claim` is above), run in a real kernel as Lab runs it: the setup
+# and answer cells (the solutions', one replaced), the observations that call it, then the visible
+# test as released. 01's `Claim`/`claim`: test_a_two_transaction_claim_gets_one_cause_per_message...
+
+
+def run_as_in_lab(name: str, answers: dict[str, str], targets: tuple[str, ...], *,
+                  setup: bool = True) -> dict[str, dict]:
+    """In one real kernel: the setup cells (unless `setup` is false, as after a restart) and the
+    answer cells of solutions/`name` in notebook order, `answers` (grade_id -> source) replacing
+    some; then `targets` (grade_ids) as the release has them. Returns {target: {"text": what it
+    printed, "errors": ["ename: evalue", ...]}}."""
+    solved = nbformat.read(SOLUTIONS / name, as_version=4)
+    released = {meta(c).get("grade_id"): c for c in nbformat.read(RELEASE / name, as_version=4).cells}
+    first = [c for c in solved.cells if c.cell_type == "code" and (
+        (setup and "setup" in c.metadata.get("tags", [])) or meta(c).get("solution"))]
+    cells = [nbformat.v4.new_code_cell(answers.get(meta(c).get("grade_id"), c.source)) for c in first]
+    cells += [nbformat.v4.new_code_cell(released[target].source) for target in targets]
+    run = nbformat.v4.new_notebook(cells=cells, metadata=solved.metadata)
+    NotebookClient(run, timeout=180, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(SOLUTIONS)}}).execute()
+    found = {}
+    for target, cell in zip(targets, run.cells[len(first):]):
+        found[target] = {"text": "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"),
+                         "errors": [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]}
+    return found
+
+
+def release_cell(name: str, grade_id: str):
+    return next(c for c in nbformat.read(RELEASE / name, as_version=4).cells if meta(c).get("grade_id") == grade_id)
+
+
+def filled(name: str, grade_id: str, values: dict[str, object], keep_raise: bool = False) -> str:
+    """A data answer as a learner fills in the released cell (optionally keeping nbgrader's raise)."""
+    source = release_cell(name, grade_id).source
+    body = "{\n" + "".join(f"    {key!r}: {value!r},\n" for key, value in values.items()) + "}"
+    head = source.split("= {", 1)[0]
+    return head + "= " + body + ("\nraise NotImplementedError()" if keep_raise else "")
+
+
+OWNER_ONLY_FENCE = '''def assert_current(connection, work, now=None):
+    """Wrong on purpose: the owner label, status and lease only; no generation, no epoch."""
+    now = time.time() if now is None else now
+    row = connection.execute("SELECT owner, status, expires FROM assistant_work WHERE id=?", (work.id,)).fetchone()
+    if row is None or row["owner"] != work.owner or row["status"] != "RUNNING" or row["expires"] <= now:
+        raise PermissionError("not the holder")
+'''
+UNFENCED_OBSERVE = '''def observe(db, work, message):
+    """Wrong on purpose: no current-holder check."""
+    if not isinstance(message, dict):
+        raise ValueError("a transcript message is a JSON object (a dict)")
+    with db.immediate() as connection:
+        connection.execute("INSERT INTO assistant_transcript(work_id, generation, message) VALUES (?, ?, ?)",
+                           (work.id, work.generation, json.dumps(message, allow_nan=False)))
+'''
+FINISH_WITHOUT_NOW = '''def finish(db, work, status, result, *, now=None):
+    """Wrong on purpose: the fence reads the real clock, whatever `now` the caller gave."""
+    if status not in {"DONE", "BLOCKED", "CANCELLED"}:
+        raise ValueError(status)
+    now = time.time() if now is None else now
+    delay = min(60, 2 ** min(work.generation, 6)) if status == "BLOCKED" else 0
+    with db.immediate() as connection:
+        assert_current(connection, work)
+        connection.execute("UPDATE assistant_work SET status=?, result=?, expires=NULL, available_after=? WHERE id=?",
+                           (status, result, now + delay, work.id))
+        append_event(db, "assistant.work.finished", {"work": work.id, "status": status, "generation": work.generation})
+'''
+AT_LEAST = '''def order_may_leave(lease_left, supplier_timeout):
+    return lease_left >= supplier_timeout
+'''
+STILL_FENCED = '''def observe_without_fence(db, work, message):
+    """Wrong on purpose: the copy keeps the fence."""
+    observe(db, work, message)
+'''
+IGNORES_WRITER = '''def release_stale_response(db, write):
+    """Wrong on purpose: releases the stale response through observe, not the writer it is given."""
+    work_id = enqueue(db, "phone:stale", "lucy", "Prepare the stock draft")
+    old = reference.claim(db, "old-worker", ttl=30)
+    expires = db.connection.execute("SELECT expires FROM assistant_work WHERE id=?", (work_id,)).fetchone()[0]
+    new = reference.claim(db, "new-worker", now=expires, ttl=30)
+    refused = {}
+    for name, action in (
+        ("stale_observation_refused", lambda: observe(db, old, {"role": "assistant", "content": "stale answer"})),
+        ("stale_completion_refused", lambda: finish(db, old, "DONE", "stale result")),
+    ):
+        try:
+            action()
+            refused[name] = False
+        except PermissionError:
+            refused[name] = True
+    observe(db, new, {"role": "assistant", "content": "current answer"})
+    finish(db, new, "DONE", "current result")
+    rows = db.connection.execute("SELECT generation, count(*) FROM assistant_transcript GROUP BY generation").fetchall()
+    stored = db.connection.execute("SELECT result FROM assistant_work WHERE id=?", (work_id,)).fetchone()[0]
+    return {"rows_by_generation": dict(rows), **refused, "stored_result": stored}
+'''
+UNCAUGHT_STALE_FINISH = '''def reuse_owner_label(db, owner, prompt="Prepare the stock draft"):
+    """Wrong on purpose: the stale completion's refusal is not caught."""
+    work_id = enqueue(db, "phone:reuse", "lucy", prompt)
+    old = reference.claim(db, owner, ttl=30)
+    expires = db.connection.execute("SELECT expires FROM assistant_work WHERE id=?", (work_id,)).fetchone()[0]
+    new = reference.claim(db, owner, now=expires, ttl=30)
+    finish(db, old, "DONE", "stale result")
+    finish(db, new, "DONE", "current result")
+    stored = db.connection.execute("SELECT result FROM assistant_work WHERE id=?", (work_id,)).fetchone()[0]
+    return {"old_generation": old.generation, "new_generation": new.generation, "same_owner": True,
+            "stale_refused": True, "stored_result": stored}
+'''
+ALWAYS_RESEND = '''def recovery_action(order, work, receipt, *, now, supplier_timeout):
+    """Wrong on purpose: an uncertain order is always sent again."""
+    return "resend"
+'''
+ONE_AFTER_THE_OTHER = '''def race_two_sessions(db, policy, admit):
+    """Wrong on purpose: the two approvals run one after the other, not through forced_approvals."""
+    counter = enqueue(db, "phone:counter", "lucy-counter", "Restock vanilla", subject="SKU-VANILLA")
+    van = enqueue(db, "phone:van", "lucy-van", "Restock strawberry", subject="SKU-STRAWBERRY")
+    claims = [claim(db, "counter-worker", identifier=counter), claim(db, "van-worker", identifier=van)]
+    orders = [propose(db, claims[0], "SKU-VANILLA", 6, target=SUPPLIER_IDENTITY),
+              propose(db, claims[1], "SKU-STRAWBERRY", 4, target=SUPPLIER_IDENTITY)]
+    refused = {}
+    for order_id in orders:
+        digest = db.connection.execute("SELECT digest FROM assistant_orders WHERE id=?", (order_id,)).fetchone()[0]
+        try:
+            admit(db, order_id, digest, actor="lucy", policy=policy, expires=time.time() + 600)
+        except Exception as error:
+            refused[order_id] = f"{type(error).__name__}: {error}"
+    for held, order_id in zip(claims, orders):
+        finish(db, held, "DONE", "done")
+    return {"claims": claims, "approved": [o for o in orders if o not in refused], "refused": refused}
+'''
+KEY_4 = {"health": "A", "progress": "C", "cancellation": "E", "external": "G"}
+PREDICTED = {"held_generation": 2, "completion": "refused", "status_after": "CANCELLED", "generation_after": 3,
+             "order_after": "REVOKED", "reserved_after": 0}
+WORDS = {"claim": "E", "lease": "C", "generation": "H", "fence": "A", "liveness": "G", "progress": "D",
+         "recovery": "B", "reconciliation": "F"}
+
+# (notebook, answer cell, wrong source, observation cells that call it, the visible test, what the
+# test must say: "fails" (a CheckFailed naming the answer) or "graded" (passes, and says in one
+# line that the rest is checked when the instructor grades), words the message must hold)
+WRONG_ANSWERS = [
+    ("02_fencing.ipynb", "assert_current", OWNER_ONLY_FENCE, ("observe_old_and_new", "observe_refusal_reasons"),
+     "test_assert_current", "fails", "generation"),
+    ("02_fencing.ipynb", "assert_current", OWNER_ONLY_FENCE, ("observe_reservation",),
+     "test_stale_holder_spends_no_model_call", "fails", "compare the generation"),
+    ("02_fencing.ipynb", "observe", UNFENCED_OBSERVE, ("observe_stale_writes",), "test_observe", "fails",
+     "replaced holder"),
+    ("02_fencing.ipynb", "finish", FINISH_WITHOUT_NOW, ("observe_stale_writes", "observe_next_turn"), "test_finish",
+     "fails", "pass `now` through"),
+    ("02_fencing.ipynb", "order_may_leave", AT_LEAST, ("observe_order_may_leave",), "test_order_may_leave", "fails",
+     "exactly as much lease as wait does not fit"),
+    ("02_fencing.ipynb", "exercise_unfenced_observe", STILL_FENCED, ("observe_exercise3",),
+     "test_exercise_unfenced_observe", "fails", "no current-holder check"),
+    ("02_fencing.ipynb", "exercise_stale_response_experiment", IGNORES_WRITER, ("observe_exercise3",),
+     "test_exercise_stale_response_experiment", "fails", "the unfenced copy"),
+    ("02_fencing.ipynb", "exercise_reuse_owner_label", UNCAUGHT_STALE_FINISH, ("observe_exercise1",),
+     "test_exercise_reuse_owner_label", "fails", "was refused, as it should be"),
+    ("03_recovery.ipynb", "order_to_continue", APPROVED_ONLY, ("observe_recovery_from_records",),
+     "test_order_to_continue", "fails", "state SENDING"),
+    ("03_recovery.ipynb", "four_answers", None, (), "test_four_answers", "graded", "the key is not shown"),
+    ("03_recovery.ipynb", "four_answers", {**KEY_4, "health": "a"}, (), "test_four_answers", "fails", "capital"),
+    ("03_recovery.ipynb", "delayed_prediction", {**PREDICTED, "status_after": "DONE"}, ("observe_cancel_delayed",),
+     "test_delayed_prediction", "graded", "2 of the 6 values"),
+    ("03_recovery.ipynb", "delayed_prediction", {**PREDICTED, "completion": "Refused"}, (), "test_delayed_prediction",
+     "fails", "exactly"),
+    ("03_recovery.ipynb", "recovery_action", ALWAYS_RESEND, ("observe_recovery_action",), "test_recovery_action",
+     "fails", "'record receipt'"),
+    ("03_recovery.ipynb", "exercise_sessions_vs_spending", ONE_AFTER_THE_OTHER, ("observe_sessions_vs_spending",),
+     "test_exercise_sessions_vs_spending", "fails", "one after the other"),
+    ("03_recovery.ipynb", "vocabulary", {**WORDS, "fence": "a"}, (), "test_vocabulary_format", "fails", "capital"),
+    ("03_recovery.ipynb", "vocabulary", {**WORDS, "liveness": "D", "progress": "G"}, (), "test_vocabulary_format",
+     "graded", "Hidden"),
+]
+NAMES = {"exercise_unfenced_observe": "observe_without_fence",
+         "exercise_stale_response_experiment": "release_stale_response",
+         "exercise_reuse_owner_label": "reuse_owner_label", "exercise_sessions_vs_spending": "race_two_sessions"}
+
+
+@pytest.mark.parametrize("name, answer, wrong, observations, test, told, words", WRONG_ANSWERS,
+                         ids=[f"{case[1]}-{case[5]}-{number}" for number, case in enumerate(WRONG_ANSWERS)])
+def test_a_plausible_wrong_answer_is_told_by_its_visible_test(name, answer, wrong, observations, test, told, words):
+    function = NAMES.get(answer, answer)
+    if wrong is None:  # a data answer in the right form with wrong letters: the key stays hidden
+        wrong = {key: "BDFH"[index] for index, key in enumerate(KEY_4)}
+    source = filled(name, answer, wrong) if isinstance(wrong, dict) else wrong
+    seen = run_as_in_lab(name, {answer: source}, (*observations, test))
+    said = seen[test]
+    for observation in observations:  # an observation may note a difference, never end in a traceback
+        assert seen[observation]["errors"] == [], (observation, seen[observation])
+        if "below explain" in seen[observation]["text"]:  # it promised: the test must explain
+            assert said["errors"], (observation, seen[observation]["text"], said)
+    if told == "fails":
+        assert len(said["errors"]) == 1 and said["errors"][0].startswith("CheckFailed: "), said
+        message = " ".join(said["errors"][0].split())
+        assert function in message and words in message, message
+        assert "not implemented yet" not in message, message
+    elif answer == "vocabulary":  # the key's two points: their cells say in one line that they are hidden
+        assert said["errors"] == [], said
+        for hidden in ("test_vocabulary_most", "test_vocabulary_all"):
+            cell = release_cell(name, hidden)
+            assert cell.source.startswith("# Hidden: compares your letters with the key"), cell.source
+    else:
+        assert said["errors"] == [], said
+        lines = [line for line in said["text"].splitlines() if line.strip()]
+        text = " ".join(lines)
+        assert function in text and words in text and "when your instructor grades" in text, text
+        assert len(" ".join(text.split())) <= 2 * 88, text  # one or two lines
+
+
+def test_a_filled_in_answer_that_still_raises_is_told_to_delete_the_line():
+    kept = filled("03_recovery.ipynb", "vocabulary", WORDS, keep_raise=True)
+    seen = run_as_in_lab("03_recovery.ipynb", {"vocabulary": kept}, ("test_vocabulary_format",))
+    (error,) = seen["test_vocabulary_format"]["errors"]
+    said = " ".join(error.split())
+    assert said.startswith(
+        "CheckFailed: Your cell that sets `vocabulary` still ends in `raise NotImplementedError()`"), said
+    assert "Delete that line and run the cell again" in said, said
+
+
+def test_a_test_run_before_the_setup_cell_says_to_run_it():
+    seen = run_as_in_lab("02_fencing.ipynb", {}, ("test_finish",), setup=False)
+    (error,) = seen["test_finish"]["errors"]
+    assert error.startswith("CheckFailed: The setup cell at the top of this notebook has not run in this kernel"), error

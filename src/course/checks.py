@@ -3,8 +3,12 @@
 `expect` turns a failed check into one or two sentences for the learner (what was observed,
 what was expected, why it matters) instead of a bare AssertionError; long sentences are
 broken into lines a dialog can show. `require_written` opens a test cell: while a function it
-checks is still nbgrader's stub, the test says "not implemented yet", in the same words as the
-observation cells, instead of failing with whatever the stub happens to cause.
+checks is still nbgrader's stub (or a data answer still at its "?"), the test says "not
+implemented yet", in the same words as the observation cells, instead of failing with whatever
+the stub happens to cause; it also tells a setup cell not run, a cell not run since a restart,
+and a filled-in answer whose cell still ends in nbgrader's raise. `checked_when_graded` is the
+one line a visible test that passed prints about what only grading checks; `letters_missing`
+words a letter answer's form (a capital from A to H).
 `observation` lets an observation cell in the untouched release say the same and carry on;
 `unexpected` lets it say when the learner's code made it disagree with the text around it.
 `differences` names the fields in which a returned value differs from the expected one.
@@ -88,19 +92,109 @@ def _ran_its_cell(namespace: Mapping[str, Any], name: str) -> bool:
     return any(isinstance(source, str) and defines.search(source) for source in ran)
 
 
+SETUP_NOT_RUN = ("The setup cell at the top of this notebook has not run in this kernel (after a restart, say), so "
+                 "this test has nothing to run with. Run it first: Run > Run All Above runs every cell above this one.")
+
+
+def is_placeholder(value: object) -> bool:
+    """True for a data answer as released: a dict whose values are all still "?" or None."""
+    return isinstance(value, dict) and bool(value) and all(v is None or v == "?" for v in value.values())
+
+
+def kept_the_stub_line(name: str) -> str:
+    """The sentence for a data answer filled in while its cell still ends in nbgrader's raise."""
+    return (f"Your cell that sets `{name}` still ends in `raise NotImplementedError()`, so it stops with an error "
+            "(the traceback under it) although your values are filled in. Delete that line and run the cell again.")
+
+
 def require_written(namespace: Mapping[str, Any], *names: str) -> None:
-    """Stop a test with the "not implemented yet" sentence if one of `names` is still a stub, or
-    with "not defined in this kernel" if its cell has not run here.
+    """Stop a test before its first check when it cannot say anything about the learner's answer:
+    the setup cell has not run in this kernel; one of `names` is still nbgrader's stub or a data
+    answer still at its "?" ("not implemented yet"); its cell has not run here ("not defined in this
+    kernel"); or its cell, filled in, still ends in nbgrader's `raise NotImplementedError()`.
 
     `namespace` is the cell's `globals()`; a class whose stub raised while it was defined
     (nbgrader's stub in a class body) is simply missing from it.
     """
+    if namespace.get("expect") is not expect:  # every setup cell imports it; a test cell alone does not
+        raise CheckFailed(SETUP_NOT_RUN)
     for name in names:
         value = namespace.get(name)
         if value is None and not _ran_its_cell(namespace, name):
             raise CheckFailed(not_run(name))
-        if value is None or is_stub(value):
+        if value is None or is_stub(value) or is_placeholder(value):
             raise CheckFailed(not_implemented(name))
+        if _last_error.get(name) == "NotImplementedError" and not callable(value):
+            raise CheckFailed(kept_the_stub_line(name))
+
+
+_last_error: dict[str, str] = {}  # name -> the error that ended the last cell this kernel ran that set it ("": none)
+
+
+def _assigned(source: str) -> set[str]:
+    """The names a cell's top-level statements define or assign."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython syntax (magics): not an answer cell
+        return set()
+    found = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        for target in getattr(node, "targets", []) or [getattr(node, "target", None)]:
+            if isinstance(target, ast.Name):
+                found.add(target.id)
+    return found
+
+
+def _listen() -> None:
+    """In an IPython kernel, note after every cell which names it set and whether it ended in an
+    error, so that a test can tell a filled-in answer whose cell still raises (see require_written)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "events") or getattr(shell, "_course_checks_listening", False):
+        return
+
+    def after_cell(result: Any) -> None:
+        source = getattr(getattr(result, "info", None), "raw_cell", None) or ""
+        error = getattr(result, "error_in_exec", None)
+        for name in _assigned(source):
+            _last_error[name] = type(error).__name__ if error is not None else ""
+
+    shell.events.register("post_run_cell", after_cell)
+    shell._course_checks_listening = True
+
+
+_listen()
+
+
+def checked_when_graded(message: str) -> None:
+    """At the end of a visible test that passed: one line on what it did not check here."""
+    print(wrap(message))
+
+
+LETTERS = "ABCDEFGH"
+
+
+def letters_missing(answers: Mapping[str, Any], keys: list[str], what: str, name: str) -> str:
+    """'' when every key of `answers` holds one capital letter from A to H; otherwise the sentence
+    that says which do not, and why (a lower-case letter is named as such)."""
+    lower = [k for k in keys if isinstance(answers.get(k), str) and answers[k].strip().upper() in list(LETTERS)
+             and answers[k] not in list(LETTERS)]
+    if lower:
+        shown_as = ", ".join(f"{k}: {answers[k]!r} (write {answers[k].strip().upper()!r})" for k in lower)
+        return (f"In {name}, a letter must be one capital, exactly as in the table ('A' to 'H'), and these are not, "
+                f"as written: {shown_as}. The letters are compared exactly.")
+    missing = [k for k in keys if answers.get(k) not in list(LETTERS)]
+    if missing:
+        return (f"In {name}, these {what} have no letter from A to H yet: {missing}. Give each one letter (a capital, "
+                "in quotes).")
+    return ""
 
 
 def stub_name(error: BaseException) -> str:
@@ -117,17 +211,21 @@ _noted: list[str] = []  # what `unexpected` said in the observation running now
 
 
 @contextmanager
-def observation(name: str) -> Iterator[None]:
+def observation(name: str, uncaught: str = "") -> Iterator[None]:
     """Run an observation. If a function it calls is still a stub, name that one (`name` is the
     cell's own, said when none can be found) and carry on. If the learner's fence refuses a write
     after the cell already went differently from the text (a note said so), explain the refusal
-    instead of ending in a traceback."""
+    instead of ending in a traceback; so too, with `uncaught` (what it means here), a refusal
+    that the learner's `name` let escape."""
     _noted.clear()
     try:
         yield
     except NotImplementedError as error:
         print(wrap(not_implemented(stub_name(error) or name) + ", then run this cell again."))
     except PermissionError as error:
+        if uncaught and not _noted:
+            print(wrap(f"Your `{name}` stopped with PermissionError ({error}): {uncaught}"))
+            return
         if not _noted:
             raise
         print(wrap(f"Then your fence refused a later write ({error}). That follows from the difference noted "
@@ -150,12 +248,12 @@ def rebound(namespace: dict[str, Any], name: str, wrap: Callable[[Any], Any]) ->
         namespace[name] = original
 
 
-def unexpected(as_told: object, message: str) -> None:
+def unexpected(as_told: object, message: str, explained: str = "the test below explains") -> None:
     """In an observation: when the learner's code made the result differ from the text around
-    the cell (`as_told` is false), say so right under the output."""
+    the cell (`as_told` is false), say so right under the output, and where it is explained."""
     if not as_told:
         _noted.append(message)
-        print(wrap(f"Note: {message}; the test below explains."))
+        print(wrap(f"Note: {message}; {explained}."))
 
 
 def differences(actual: object, expected: object) -> str:

@@ -389,6 +389,11 @@ def test_learner_release_runs_in_lab(learner_notebook, learner_lab, page, output
     ]
     assert text.count("not implemented yet: write `") >= len(failed_tests), text
     assert overflowing == [], f"explanations run off the dialog's right edge: {overflowing}"
+    # jupyter/learner's nbgrader_config.py: each failure's explanation comes before its traceback,
+    # and the test's source is cut to its first lines (the whole cell is in the notebook)
+    first = text.split("The following cell failed:")[1]
+    assert first.index("not implemented yet: write `") < first.index("Traceback"), first[:600]
+    assert "more lines of this test" in first.split("CheckFailed")[0], first[:600]
 
 
 def dialog_lines_cut_off(page) -> list[str]:
@@ -404,7 +409,7 @@ def dialog_lines_cut_off(page) -> list[str]:
 
 # Notebooks whose figures the instructor source draws: the screenshots are how a person judges
 # whether the pictures read at notebook width.
-FIGURE_NOTEBOOKS = ["01_claims.ipynb", "03_recovery.ipynb", "04_checkpoint.ipynb"]
+FIGURE_NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "04_checkpoint.ipynb"]
 
 
 @pytest.mark.parametrize("name", FIGURE_NOTEBOOKS)
@@ -424,6 +429,41 @@ def test_solutions_run_in_lab(name, lab, page, output_path):
     notebook_width = page.locator(f"{NOTEBOOK_PANEL} .jp-Notebook").bounding_box()["width"]
     for shot, width in figures:  # drawn for the notebook's width: shown at natural size, not shrunk
         assert width <= notebook_width, f"{shot.name} is {width}px wide, wider than the notebook ({notebook_width}px)"
+    if name == "02_fencing.ipynb":  # the lost lease: "follow generation 1 along the timeline" must be possible
+        (shot, _), = figures
+        share = lease_share(shot, GENERATION_1)
+        assert share >= 0.15, f"generation 1's lease spans {share:.0%} of the main axis in {shot}; expected >= 15%"
+
+
+GENERATION_1 = (0x1F, 0x77, 0xB4, 0.35)  # 02's draw_holders: generation 1's lease colour and its alpha, on white
+
+
+def lease_share(shot: Path, colour: tuple[int, int, int, float]) -> float:
+    """In a screenshot of 02's lost-lease figure: the share of its first (main) axis that the lease
+    bar of `colour` (r, g, b, alpha over white) spans. The axes are found by their frames (columns
+    with a long vertical run of dark pixels), the bar by its colour inside the first frame."""
+    from PIL import Image
+
+    image = Image.open(shot).convert("RGB")
+    width, height = image.size
+    pixels = image.load()
+    frame_columns = []
+    for x in range(width):
+        run = longest = 0
+        for y in range(height):
+            run = run + 1 if max(pixels[x, y]) < 140 else 0
+            longest = max(longest, run)
+        if longest > 0.4 * height:
+            frame_columns.append(x)
+    edges = [x for i, x in enumerate(frame_columns) if i == 0 or x - frame_columns[i - 1] > 2]
+    assert len(edges) >= 2, f"no axis frame found in {shot} (dark columns: {frame_columns})"
+    left, right = edges[0], edges[1]
+    *rgb, alpha = colour
+    wanted = [255 - alpha * (255 - value) for value in rgb]
+    bar = [x for x in range(left, right + 1) for y in range(height)
+           if all(abs(have - want) <= 8 for have, want in zip(pixels[x, y], wanted))]
+    assert bar, f"no bar of colour {colour} inside the first axis of {shot}"
+    return (max(bar) - min(bar)) / (right - left)
 
 
 def screenshot_figures(page, output_path: str) -> list[tuple[Path, float]]:
