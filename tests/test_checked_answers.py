@@ -14,3 +14,17 @@ def test_the_solutions_pass_every_check_and_the_blank_answers_none(name):
     solved, blank = verdicts(name), verdicts(name, blank_answers(name))
     assert solved and failed(solved) == {}
     assert set(failed(blank)) == set(blank) == set(solved)
+
+
+def test_a_data_answer_filled_in_with_the_stub_raise_kept_is_told_so_and_earns_nothing():
+    # In Lab that cell stops with an error and its visible test says so; grading agrees.
+    import json
+
+    from checked_answers import SOLUTIONS, _grade_id
+
+    solution = json.loads((SOLUTIONS / "03_recovery.ipynb").read_text())
+    filled = next("".join(c["source"]) for c in solution["cells"] if _grade_id(c) == "vocabulary")
+    found = verdicts("03_recovery.ipynb", {"vocabulary": filled + "\nraise NotImplementedError()"},
+                     only={"test_vocabulary_format"})
+    assert set(failed(found)) == {"test_vocabulary_format"}
+    assert "still ends in `raise NotImplementedError()`" in found["test_vocabulary_format"]["message"], found

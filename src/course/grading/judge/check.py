@@ -38,11 +38,11 @@ def run(job: dict[str, Any], broker: Any) -> dict[str, Any]:
         exec(compile(cell["source"], f"<course cell {cell['label']}>", "exec"), namespace)
     harness.substitute(namespace, harness.Context(job, peer, broker))
     code = compile(job["check"], messages.FILENAME, "exec")
-    unwritten = messages.unwritten(job["answers"], report)
+    unwritten, kept_raise = messages.unwritten(job["answers"], report)
     wanted = (free_names(code) - set(namespace) - set(dir(builtins))) | set(job["answers"])
     try:
         if peer is not None:
-            namespace.update(harness.names(peer, wanted, unwritten))
+            namespace.update(harness.names(peer, wanted, unwritten, kept_raise))
         exec(code, namespace)
     except BaseException as error:  # the check's failure, or anything the learner's code raised
         return messages.verdict(error, job)

@@ -43,7 +43,8 @@ def _stub(name: str) -> Any:
     return namespace[name]
 
 
-def bind(wanted: set[str], described: dict[str, Any], peer: wire.Peer, unwritten: dict[str, str]) -> dict[str, Any]:
+def bind(wanted: set[str], described: dict[str, Any], peer: wire.Peer, unwritten: dict[str, str],
+         kept_raise: dict[str, str] | None = None) -> dict[str, Any]:
     """What to bind for each learner name the judge asked about, from the learner process's
     description of it. Only those: a description is the learner's word, and a name the judge did
     not ask for (`expect`, say) would take the course's place."""
@@ -54,6 +55,8 @@ def bind(wanted: set[str], described: dict[str, Any], peer: wire.Peer, unwritten
         kind = what.get("kind")
         if name in unwritten and kind in ("missing", "stub", None):
             bound[name] = Unusable(unwritten[name])
+        elif kind == "value" and name in (kept_raise or {}):
+            bound[name] = Unusable(kept_raise[name])
         elif kind == "function":
             bound[name] = peer.resolve(what["fn"])
             bound[name].__name__ = name
@@ -69,10 +72,11 @@ def bind(wanted: set[str], described: dict[str, Any], peer: wire.Peer, unwritten
     return bound
 
 
-def names(peer: wire.Peer, wanted: set[str], unwritten: dict[str, str] | None = None) -> dict[str, Any]:
+def names(peer: wire.Peer, wanted: set[str], unwritten: dict[str, str] | None = None,
+          kept_raise: dict[str, str] | None = None) -> dict[str, Any]:
     """`wanted`, asked of the learner process at `peer` (`__describe__`) and bound."""
     described = peer.call({"name": "__describe__"}, (sorted(wanted),))
-    return bind(wanted, described if isinstance(described, dict) else {}, peer, unwritten or {})
+    return bind(wanted, described if isinstance(described, dict) else {}, peer, unwritten or {}, kept_raise)
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ import functools
 import types
 from typing import Any
 
-from course.checks import CheckFailed, not_implemented, wrap
+from course.checks import CheckFailed, kept_the_stub_line, not_implemented, wrap
 from course.grading import wire
 
 FILENAME = "<check>"
@@ -153,9 +153,11 @@ def _tree(source: str) -> ast.Module:
     return ast.parse(source)
 
 
-def unwritten(answers: dict[str, str], report: list[dict[str, Any]]) -> dict[str, str]:
-    """For each answer name whose cell did not run to its end: why, in a sentence to act on."""
-    why = {}
+def unwritten(answers: dict[str, str], report: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """For each answer name whose cell did not run to its end: why, in a sentence to act on; and,
+    apart, the names whose cell still ends in nbgrader's raise (a value there was filled in above it,
+    and does not count: in Lab the cell stops with an error, and its test says so)."""
+    why, kept = {}, {}
     for run in report:
         if not run.get("ename"):
             continue
@@ -165,10 +167,11 @@ def unwritten(answers: dict[str, str], report: list[dict[str, Any]]) -> dict[str
             ename, evalue = str(run["ename"])[:80], str(run.get("evalue", ""))[:300]
             if ename == "NotImplementedError":
                 why[name] = not_implemented(name)
+                kept[name] = kept_the_stub_line(name)  # if the name holds a value: filled in, the raise kept
             elif ename in ("SyntaxError", "IndentationError", "TabError"):
                 why[name] = f"{ename} in your cell {cell!r}: {evalue}. Fix it and run the cell."
             elif ename == "CellTimeoutError":
                 why[name] = f"your cell {cell!r} ran past the time limit, so `{name}` was never defined."
             else:
                 why[name] = f"your cell {cell!r} stopped with {ename}: {evalue}; `{name}` is not defined."
-    return why
+    return why, kept
