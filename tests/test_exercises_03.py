@@ -194,11 +194,11 @@ def test_a_race_that_does_not_race_finish_or_ask_loses_the_points(source, said):
 def test_forced_approvals_really_overlap_and_only_the_account_transaction_holds():
     course = _course_namespace("session_lock_approval", "exercise_sessions_vs_spending")
     outcomes = {}
-    for name in ("approve_under_session_lock", "approve"):
+    for name in ("approve_check_then_reserve", "approve"):
         db = course["fresh_shop"]()
         evidence = course["race_two_sessions"](db, course["POLICY"], course[name])
         outcomes[name] = (len(evidence["approved"]), list(evidence["refused"].values()), course["money"](db))
-    naive, sound = outcomes["approve_under_session_lock"], outcomes["approve"]
+    naive, sound = outcomes["approve_check_then_reserve"], outcomes["approve"]
     assert naive[0] == 1 and "CHECK constraint failed" in naive[1][0], naive  # both decided "fits"
     assert sound[0] == 1 and sound[1][0].startswith("OrderRefused") and sound[2][0] == 1500, sound
 
@@ -206,13 +206,70 @@ def test_forced_approvals_really_overlap_and_only_the_account_transaction_holds(
 # --- section 6: four questions -------------------------------------------------------------------
 
 
-def test_reading_a_killed_worker_as_bad_health_loses_the_points():
-    wrong = '''four_answers = {"health": "B", "progress": "C", "cancellation": "E", "external": "G"}'''
-    verdict = score("four_answers", wrong, "test_four_answers")
-    said = " ".join(verdict["message"].split())  # hidden: which answer is wrong, never the key
-    assert not verdict["passed"] and "your letter for health is not the one" in said, verdict
-    assert "(A)" not in said and "progress" not in said
-    assert score("four_answers", wrong.replace('"B"', '"A"'), "test_four_answers")["passed"]
+def test_the_four_answers_key_keeps_full_marks():
+    right = '''four_answers = dict(health="A", progress="C", cancellation="E", external="G")'''
+    assert score("four_answers", right, "test_four_answers")["passed"]
+
+
+@pytest.mark.parametrize("question, wrong", [
+    ("health", "B"),     # a restarted process taken for a safe replacement
+    ("progress", "D"),   # a live holder, and a running process, taken for progress
+    ("external", "H"),   # DONE work taken for a settled order
+])
+def test_a_single_green_light_loses_the_points(question, wrong):
+    answers = dict(health="A", progress="C", cancellation="E", external="G") | {question: wrong}
+    verdict = score("four_answers", f"four_answers = {answers!r}", "test_four_answers")
+    said = verdict["message"]  # hidden: which answer is wrong, never the key
+    assert not verdict["passed"] and f"your letter for {question} is not the one" in said, verdict
+    assert "(A)" not in said and "(C)" not in said
+
+
+def test_the_four_questions_situation_stages_each_disagreement():
+    """Section 6 as the text tells it: a killed process whose lease still holds chocolate, a live
+    process that wrote nothing, DONE work with an UNKNOWN order; a restarted worker cannot claim."""
+    from conftest import assert_nothing_left
+
+    course = _course_namespace("four_questions_situation")
+    db = course["fresh_shop"]()
+    with course["start_supplier"](db.path.parent / "supplier.sqlite", drop_first_response=True) as supplier:
+        exit_status = course["four_questions_situation"](db, supplier)
+        report = course["status_report"](db, supplier=supplier.client())
+    assert exit_status == -9
+    processes = {p["owner"]: p for p in report["health"]["processes"]}
+    assert processes["chocolate-worker"]["running"] is False and processes["chocolate-worker"]["lease_seconds_left"] > 20
+    assert processes["counter-worker"]["running"] is True
+    assert any("chocolate-worker" in item and "is not running, yet its lease runs" in item
+               for item in report["health"]["attention"])  # where the closing summary says a killed worker shows
+    assert [h["transcript_rows"] for h in report["progress"]["live_holders"]] == [0, 0]
+    assert report["progress"]["attention"] == []  # nothing expired: the report's progress alarm stays quiet
+    assert [u["work_status"] for u in report["external"]["uncertain"]] == ["DONE"]
+    chocolate = db.connection.execute("SELECT id FROM assistant_work WHERE subject='SKU-CHOCOLATE'").fetchone()[0]
+    assert course["claim"](db, "chocolate-worker", identifier=chocolate) is None
+    assert_nothing_left(db.path.parent)
+
+
+def test_the_stale_holder_of_section_2_differs_from_its_replacement_only_by_generation():
+    """03 section 2: the stale writes arrive while the replacement is RUNNING with a live lease under the
+    same owner label; a fence blind to the generation would accept them, the runtime's refuses them."""
+    import re
+
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(SOLUTION.read_text())["cells"]}
+    source = cells["d5ddc423"]
+    stale_at = source.index("attempts = {")
+    assert source.index("execute(replacement_db, new") > stale_at and source.index("finish(replacement_db") > stale_at
+    course = _course_namespace()
+    db = course["fresh_shop"]()
+    work_id = course["enqueue"](db, "phone:vanilla", "lucy", "Restock vanilla", subject="SKU-VANILLA")
+    old = course["claim"](db, "stock-worker", ttl=30)
+    expiry = db.connection.execute("SELECT expires FROM assistant_work WHERE id=?", (work_id,)).fetchone()[0]
+    new = course["claim"](db, "stock-worker", now=expiry, ttl=30)
+    blind = db.connection.execute(
+        "SELECT 1 FROM assistant_work WHERE id=? AND owner=? AND status='RUNNING' AND expires>? AND session=? "
+        "AND prompt=? AND subject=?", (old.id, old.owner, time.time(), old.session, old.prompt, old.subject)).fetchone()
+    assert blind is not None and (old.owner, old.epoch) == (new.owner, new.epoch) and old.generation != new.generation
+    with pytest.raises(PermissionError):
+        course["observe"](db, old, {"role": "assistant", "content": "late"})
+    assert re.search(r"simulate the elapsed time", cells["58b8964d"]) and "skew" not in cells["58b8964d"]
 
 
 def test_order_to_continue_in_the_solution_follows_the_runtime():
@@ -228,3 +285,51 @@ def test_order_to_continue_in_the_solution_follows_the_runtime():
                 newest = db.connection.execute("SELECT id FROM assistant_orders ORDER BY rowid DESC").fetchone()[0]
                 course["execute"](db, held, newest, course["ScriptedSupplier"]("ACCEPTED"), policy=course["POLICY"])
             assert course["order_to_continue"](db, held) == runtime(db, held), (older, newer)
+
+
+# --- order_to_continue: the ordering rule, and a decision that only reads -------------------------
+
+CONTINUE_IN_PYTHON = '''
+PENDING = {"SENDING": 0, "UNKNOWN": 0, "APPROVED": 1}
+
+
+def order_to_continue(db, work):
+    """Ranked in Python: pending orders (uncertain first) oldest first, else the newest settled one."""
+    rows = db.connection.execute(
+        "SELECT id, status, created, rowid AS n FROM assistant_orders WHERE work_id = ?", (work.id,)).fetchall()
+    pending = sorted((PENDING[r["status"]], r["created"], r["n"], r["id"]) for r in rows if r["status"] in PENDING)
+    if pending:
+        return pending[0][-1]
+    settled = sorted((r["created"], r["n"], r["id"]) for r in rows if r["status"] in ("CONFIRMED", "REJECTED"))
+    return settled[-1][-1] if settled else None
+'''
+OLDEST_PAST_DRAFT = '''
+def order_to_continue(db, work):
+    row = db.connection.execute(
+        "SELECT id FROM assistant_orders WHERE work_id = ? AND status NOT IN ('DRAFT', 'REVOKED') "
+        "ORDER BY created, rowid LIMIT 1", (work.id,)).fetchone()
+    return None if row is None else row["id"]
+'''
+PENDING_THEN_OLDEST_SETTLED = CONTINUE_IN_PYTHON.replace("return settled[-1][-1]", "return settled[0][-1]")
+LOGS_ITS_DECISION = CONTINUE_IN_PYTHON.replace(
+    '    if pending:\n        return pending[0][-1]',
+    '    if pending:\n        from sovereign_agent.events import append_event\n'
+    '        with db.immediate():\n'
+    '            append_event(db, "assistant.recovery.decided", {"work": work.id, "order": pending[0][-1]})\n'
+    '        return pending[0][-1]')
+
+
+def test_order_to_continue_written_differently_keeps_its_points():
+    verdict = score("order_to_continue", CONTINUE_IN_PYTHON, "test_order_to_continue")
+    assert verdict["passed"], verdict
+
+
+@pytest.mark.parametrize("source, said", [
+    (OLDEST_PAST_DRAFT, "whatever its age"),              # no uncertain-first rule
+    (PENDING_THEN_OLDEST_SETTLED, "most recent outcome"),  # settled orders oldest first
+    (LOGS_ITS_DECISION, "must only read"),                 # a read-only decision that writes
+])
+def test_order_to_continue_mistakes_lose_the_points(source, said):
+    assert source != CONTINUE_IN_PYTHON
+    verdict = score("order_to_continue", source, "test_order_to_continue")
+    assert not verdict["passed"] and said in verdict["message"], verdict

@@ -4,7 +4,8 @@
   marker agrees with it, the runtime is or is not paused, (if a supplier client is given) the
   supplier answers, and each holder's process, as its worker recorded it, is or is not running
   (sovereign_agent.processes: same host, same boot, same pid and start time).
-* ``progress``: is the work moving? Counts by status, live holders with their lease left,
+* ``progress``: is the work moving? Counts by status, live holders with their lease left and the
+  transcript rows their generation has written (a live holder alone is not progress),
   expired holders still awaiting a replacement, blocked work and when it may retry.
 * ``cancellation``: what operators stopped, and which of those assignments still have a
   supplier order whose outcome nobody knows.
@@ -135,6 +136,7 @@ def _progress_lines(progress: dict[str, Any]) -> list[str]:
     lines += [
         f"  live holder   {holder['work']}  session {holder['session']}  owner {holder['owner']}"
         f"  generation {holder['generation']}  {holder['seconds_left']:.1f} s left"
+        f"  {holder['transcript_rows']} transcript row(s) written"
         for holder in progress["live_holders"]
     ]
     lines += [
@@ -262,9 +264,17 @@ def _holders(connection: sqlite3.Connection, now: float, *, live: bool) -> list[
     )
     return [
         {"work": r["id"], "session": r["session"], "owner": r["owner"], "generation": r["generation"],
-         **({"seconds_left": r["expires"] - now} if live else {"expired_seconds_ago": now - r["expires"]})}
-        for r in rows
+         **({"seconds_left": r["expires"] - now} if live else {"expired_seconds_ago": now - r["expires"]}),
+         "transcript_rows": _rows_written(connection, r["id"], r["generation"])}
+        for r in rows.fetchall()
     ]
+
+
+def _rows_written(connection: sqlite3.Connection, work_id: str, generation: int) -> int:
+    """Transcript rows this holding (its generation) has written: evidence of progress, from records."""
+    return connection.execute(
+        "SELECT count(*) FROM assistant_transcript WHERE work_id=? AND generation=?", (work_id, generation)
+    ).fetchone()[0]
 
 
 def _progress(connection: sqlite3.Connection, now: float, *, paused: bool | None) -> dict[str, Any]:
