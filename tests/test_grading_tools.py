@@ -482,3 +482,18 @@ def test_a_grader_started_through_a_folder_the_sandbox_lacks_still_runs_its_chec
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ("{'test_claim_acquires': 'CheckFailed: claim returned None; "
                                    "expected a Claim for the oldest READY assignment.'}")
+
+
+def test_a_check_whose_experiment_failed_after_its_retries_is_reported_for_regrading(tmp_path):
+    from course.grading.classes.report import findings, reason
+    from course.grading.classes.autograde import StudentResult
+
+    failed = new_code_cell("expect(...)", outputs=[nbformat.v4.new_output(
+        "error", ename="CheckFailed", evalue="GRADING ERROR, not a mistake in your answer: the situation was not built",
+        traceback=[])])
+    passed = new_code_cell("expect(...)", outputs=[])
+    nbformat.write(new_notebook(cells=[failed, passed]), tmp_path / "03_recovery.ipynb")
+    found = findings(tmp_path)
+    assert found["grading_error"] == 1 and sum(found.values()) == 1
+    line = reason(StudentResult("s", 10.0, 87.0, findings=found))
+    assert "grading error, not a mistake of theirs (grade it again) (1 cell)" in line

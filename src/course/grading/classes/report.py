@@ -24,6 +24,9 @@ SIGNS = {
     "memory_limit": (("MemoryError", "Cannot allocate memory"), "hit the memory limit"),
     "disk_limit": (("No space left on device", "File too large"), "filled its scratch folder"),
     "course_answer": (("CourseAnswerUsed", "the course's own `"), "called the course's own answer"),
+    # A check's experiment that did not come out as described after its retries: the course's fault, so regrade.
+    "grading_error": (("GRADING ERROR", "not your code: the experiment itself went wrong"),
+                      "met a grading error, not a mistake of theirs (grade it again)"),
 }
 COLUMNS = ["student", "score", "max_score", "by_hand", "seconds", "sandboxed", *SIGNS, "reason"]
 
