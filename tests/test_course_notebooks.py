@@ -132,10 +132,13 @@ def test_autograde_gives_solutions_full_marks_and_the_untouched_release_zero(cou
         autograded = nbformat.read(course / "autograded" / "untouched" / "ch12" / name, as_version=4)
         code = [cell for cell in autograded.cells if cell.cell_type == "code"]
         assert all(cell.execution_count is None for cell in code), f"{name}: a cell ran in a kernel at grading"
+        checked = any(decided_outside(cell) for cell in code)  # 05 has no check: no learner process runs it
         for cell in code:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
             if observation(cell):
                 assert cell.outputs[0]["text"] == OBSERVATION_NOT_RERUN, grade_id
+            elif learners_code(cell) and not checked:
+                assert [o.get("text") for o in cell.outputs] == [NOT_RUN], f"{name}/{grade_id}: {cell.outputs}"
             elif learners_code(cell):  # the release's stub: its learner process ran it (a stub class raises there)
                 assert all(o.get("text") != NOT_RUN for o in cell.outputs), f"{name}/{grade_id}: not run"
                 assert {o.get("ename") for o in cell.outputs if o.output_type == "error"} <= {"NotImplementedError"}, (

@@ -23,10 +23,11 @@ SOLUTIONS = ROOT / "solutions" / "ch12"
 
 pytestmark = pytest.mark.slow
 
-# A learner observe on a slow disk: every transcript write by `owner` takes `delay` seconds first.
+# A learner observe on a slow disk: every transcript write by one holder takes `delay` seconds first.
+# Both holders carry the same owner label, so the holder is told by its generation.
 SLOW_OBSERVE = '''
 def observe(db, work, message, *, _fast=observe):
-    if work.owner == {owner!r}:
+    if work.generation == {generation!r}:
         time.sleep({delay})
     _fast(db, work, message)
 '''
@@ -36,15 +37,15 @@ def grade_id(cell) -> str:
     return cell.metadata.get("nbgrader", {}).get("grade_id", "")
 
 
-def run_lost_lease(tmp_path: Path, owner: str, delay: float) -> str:
-    """Run 02's setup, answers and lost-lease cells, with `owner`'s writes slowed; return the
+def run_lost_lease(tmp_path: Path, generation: int, delay: float) -> str:
+    """Run 02's setup, answers and lost-lease cells, with `generation`'s writes slowed; return the
     lost-lease cell's printed text, after checking that no cell raised."""
     folder = tmp_path / "ch12"
     shutil.copytree(SOLUTIONS, folder)
     notebook = nbformat.read(folder / "02_fencing.ipynb", as_version=4)
     wanted = {"assert_current", "observe", "finish", "lost_lease_helpers", "observe_lost_lease"}
     cells = [c for c in notebook.cells if "setup" in c.metadata.get("tags", []) or grade_id(c) in wanted]
-    slowed = nbformat.v4.new_code_cell(SLOW_OBSERVE.format(owner=owner, delay=delay))
+    slowed = nbformat.v4.new_code_cell(SLOW_OBSERVE.format(generation=generation, delay=delay))
     at = [grade_id(c) for c in cells].index("observe") + 1
     notebook.cells = cells[:at] + [slowed] + cells[at:]
     NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True,
@@ -57,14 +58,14 @@ def run_lost_lease(tmp_path: Path, owner: str, delay: float) -> str:
 
 def test_a_slow_replacement_still_finishes_and_the_first_worker_is_refused(tmp_path):
     # Five writes of 0.3 s: 1.5 s, more than the one-second lease the replacement used to get.
-    printed = run_lost_lease(tmp_path, "replacement", 0.3)
+    printed = run_lost_lease(tmp_path, 2, 0.3)
     assert "First worker stopped by PermissionError" in printed, printed
     assert "Replacement: BLOCKED at generation 2" in printed, printed
     assert "Transcript rows by generation: {1: 2, 2: 5}" in printed, printed  # the late reply left none
 
 
 def test_a_slow_first_worker_is_refused_in_its_first_turn_and_the_cell_says_so(tmp_path):
-    printed = run_lost_lease(tmp_path, "first-worker", 1.2)
+    printed = run_lost_lease(tmp_path, 1, 1.2)
     assert "First worker stopped by PermissionError" in printed, printed
     assert "No replacement ran: the first worker's lease ran out before its second model call" in printed, printed
     assert "Model calls by generation:     {1: 1}" in printed, printed
