@@ -34,9 +34,10 @@ def rendered() -> dict[str, Callable[[], str]]:
     """Every generated part, by name, markers included: what the guide should hold. (The parts'
     modules render their text; the guide alone knows where it goes.)"""
     from course.checkpoint.evidence_table import render as evidence_table
+    from course.pacing import render as pacing
     from course.written_answers import render_all as written_answers
 
-    parts = {"written-answers": written_answers, "checkpoint-evidence": evidence_table}
+    parts = {"written-answers": written_answers, "checkpoint-evidence": evidence_table, "pacing": pacing}
     return {name: (lambda name=name, render=render: wrap(name, render())) for name, render in parts.items()}
 
 
