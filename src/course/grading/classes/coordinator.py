@@ -143,16 +143,30 @@ class DaskWorkers:
         self._client = Client(address, timeout="30s")
 
     def grade(self, assignment: Assignment, submissions: list[Submission], sandbox: bool) -> Iterator[tuple[str, dict | BaseException]]:
+        """(student, outcome or error), as they finish. A task cancelled because the scattered
+        assignment died with a worker (it cannot be computed again) is sent once more, with the
+        assignment scattered again."""
         from distributed import as_completed
 
-        shared = self._client.scatter(assignment, broadcast=True)
-        futures = {self._client.submit(run_on_dask_worker, shared, s, sandbox, key=f"grade-{s.student}-{uuid.uuid4().hex}",
-                                       pure=False, retries=1): s.student for s in submissions}
-        for future in as_completed(futures):
-            if future.status == "finished":
-                yield futures[future], future.result()
-            else:
-                yield futures[future], future.exception()
+        waiting = list(submissions)
+        for last in (False, True):
+            shared = self._client.scatter(assignment, broadcast=True)
+            futures = {self._client.submit(run_on_dask_worker, shared, s, sandbox, key=f"grade-{s.student}-{uuid.uuid4().hex}",
+                                           pure=False, retries=1): s for s in waiting}
+            waiting = []
+            for future in as_completed(futures):
+                try:  # a result held by a worker that has died since is computed again; `result` waits for it
+                    outcome = future.result()
+                except concurrent.futures.CancelledError as error:  # its input was lost with a worker
+                    if not last:
+                        waiting.append(futures[future])
+                        continue
+                    outcome = error
+                except Exception as error:  # the task's own error, or KilledWorker after its retries
+                    outcome = error
+                yield futures[future].student, outcome
+            if not waiting:
+                return
 
     def close(self) -> None:
         self._client.close()
