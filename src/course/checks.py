@@ -299,20 +299,22 @@ def tracer(connection: sqlite3.Connection) -> Callable[[str], None] | None:
 
 
 def interleave(connection: sqlite3.Connection, first: Callable[[], Any], location: str | Path,
-               second: Callable[[Database], Any], *, pause: float = 0.5) -> dict[str, Any]:
-    """Run `first()`, which works on `connection`; at the moment it has read assistant_work and
-    is about to begin or make a write, run `second(other)` on a new connection to `location` in
+               second: Callable[[Any], Any], *, pause: float = 0.5, table: str = "assistant_work",
+               reopen: Callable[[str | Path], Any] = Database, told: str = "the `db` you are passed") -> dict[str, Any]:
+    """Run `first()`, which works on `connection`; at the moment it has read `table` and is about
+    to begin or make a write, run `second(other)` on `reopen(location)` (a new connection) in
     another thread, and let `first` wait for it (at most `pause` seconds).
 
-    Returns {"first": ..., "second": ..., "second waited": seconds `second` spent}. An error in
-    `first` propagates; an error in `second` is raised after `first` has finished. A `first` that
-    ran no statement on `connection` cannot be interleaved: that is a CheckFailed, not a pass.
+    Returns {"first": ..., "second": ..., "second waited": seconds `second` spent, "second first":
+    whether `second` ended before `first`}. An error in `first` propagates; an error in `second` is
+    raised after `first` has finished. A `first` that ran no statement on `connection` cannot be
+    interleaved: that is a CheckFailed (saying to work through `told`), not a pass.
     """
     ready, go, done = threading.Event(), threading.Event(), threading.Event()
     box: dict[str, Any] = {}
 
     def rival() -> None:
-        other = Database(location)  # a connection belongs to the thread that opens it
+        other = reopen(location)  # a connection belongs to the thread that opens it
         ready.set()
         go.wait(10)
         started = time.monotonic()
@@ -321,16 +323,19 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
         except BaseException as error:  # handed to the caller below
             box["second error"] = error
         finally:
-            box["second waited"] = time.monotonic() - started
+            box["second waited"], box["second at"] = time.monotonic() - started, time.monotonic()
             other.close()
             done.set()
 
     def hold_between_read_and_write(statement: str) -> None:
         box["statements"] = box.get("statements", 0) + 1
+        words = set(re.findall(r"[A-Z]+", statement.upper()))
         verb = (statement.split() or [""])[0].upper()
-        if verb == "SELECT" and "assistant_work" in statement:
+        writes = verb in {"BEGIN", "UPDATE", "INSERT", "DELETE", "REPLACE"} or (
+            verb == "WITH" and bool(words & {"UPDATE", "INSERT", "DELETE", "REPLACE"}))  # a CTE can write, too
+        if verb in {"SELECT", "WITH"} and not writes and table in statement.lower():
             box["has read"] = True
-        elif box.get("has read") and verb in {"BEGIN", "UPDATE", "INSERT"} and not go.is_set():
+        elif box.get("has read") and writes and not go.is_set():
             go.set()
             done.wait(pause)
 
@@ -341,14 +346,16 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
     try:
         box["first"] = first()
     finally:
+        first_at = time.monotonic()
         trace(connection, None)
         go.set()
         thread.join(15)
     if "second error" in box:
         raise box["second error"]
     if not box.get("statements"):
-        raise CheckFailed("The function under test ran no statement on the database it was given, so nothing "
-                          "could be released between its read and its write; work through the `db` you are passed.")
+        raise CheckFailed("The function under test ran no statement on the connection it was given, so nothing "
+                          f"could be released between its read and its write; work through {told}.")
+    box["second first"] = box.get("second at", first_at) < first_at
     return box
 
 
