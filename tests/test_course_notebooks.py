@@ -132,7 +132,10 @@ def test_autograde_gives_solutions_full_marks_and_the_untouched_release_zero(cou
         autograded = nbformat.read(course / "autograded" / "untouched" / "ch12" / name, as_version=4)
         code = [cell for cell in autograded.cells if cell.cell_type == "code"]
         assert all(cell.execution_count is None for cell in code), f"{name}: a cell ran in a kernel at grading"
-        checked = any(decided_outside(cell) for cell in code)  # 05 has no check: no learner process runs it
+        # A learner process runs a notebook's cells for its checks only when it has answers of its own:
+        # 04's checks run the learner's 01-03, never 04's own cells (its predictions).
+        checked = any(decided_outside(cell) for cell in code) and any(
+            cell.metadata.get("nbgrader", {}).get("solution") for cell in code)
         for cell in code:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
             if observation(cell):

@@ -9,7 +9,13 @@ executed notebook back from disk and check it:
   test cells (``grade: true, solution: false``); every code cell must have run; every cell
   tagged ``observation`` must show output and no error. The Validate button must answer.
 * instructor source (solutions/ch12/01_claims.ipynb): every code cell runs without error and
-  the Validate button reports success.
+  the Validate button reports success; in 01-04 every figure fits its output area (drawn for the
+  notebook's width: shown at its natural size, not shrunk, and not past the area's edge).
+* the learner's working copy (what `make lab` opens): every notebook opens without being marked
+  changed; 04_checkpoint, run before 01-03 are written (and again with a change the kernel ran but
+  nobody saved), says what to do first once, with no table and no figure, and its checks point to
+  that message; with 01-03 written and saved it prints each prediction beside what happened, then
+  the table and the timeline.
 
 JupyterLab's Run All sends every cell with ``stop_on_error``: after the first error the kernel
 aborts the rest, unless the erroring cell is tagged ``raises-exception``. So in the release the
@@ -177,12 +183,10 @@ def save_notebook(lab: LabServer, page, rel_path: str, timeout: float = SAVE_TIM
     raise AssertionError(f"{rel_path} was not saved within {timeout:.0f} s")
 
 
-def run_notebook_in_lab(lab: LabServer, page, source: Path) -> LabRun:
-    """Open a temporary copy of ``source`` in Lab, Run All Cells through the menu, save it and
-    return the executed notebook read back from disk. The page stays open on the notebook."""
-    rel_path = stage_copy(lab, source)
+def open_in_lab(lab: LabServer, page, rel_path: str) -> str:
+    """Open the notebook at ``rel_path`` (relative to the server root) as a learner does, wait
+    until Lab shows all its cells and its kernel is idle and connected; return the kernel id."""
     n_cells = len(nbformat.read(lab.root_dir / rel_path, as_version=4).cells)
-    start = time.monotonic()
     page.goto(lab.lab_url(rel_path), timeout=90_000)  # a loaded 2-core machine: 10-25 s
     cells = page.locator(f"{NOTEBOOK_PANEL} .jp-Notebook .jp-Cell")
     cells.first.wait_for(state="attached", timeout=60_000)
@@ -190,12 +194,24 @@ def run_notebook_in_lab(lab: LabServer, page, source: Path) -> LabRun:
     while cells.count() != n_cells and time.monotonic() < deadline:
         time.sleep(0.2)
     assert cells.count() == n_cells, f"Lab shows {cells.count()} cells, file has {n_cells}"
+    return wait_for_kernel(lab, rel_path)
 
-    kernel_id = wait_for_kernel(lab, rel_path)
+
+def run_all_and_save(lab: LabServer, page, rel_path: str, kernel_id: str) -> nbformat.NotebookNode:
+    """Run > Run All Cells on the open notebook, wait for the end, save; the notebook as saved."""
     click_menu(page, "Run", RUN_ALL_ITEM)
     wait_until_executed(lab, page, kernel_id)
     save_notebook(lab, page, rel_path)
-    nb = nbformat.read(lab.root_dir / rel_path, as_version=4)
+    return nbformat.read(lab.root_dir / rel_path, as_version=4)
+
+
+def run_notebook_in_lab(lab: LabServer, page, source: Path) -> LabRun:
+    """Open a temporary copy of ``source`` in Lab, Run All Cells through the menu, save it and
+    return the executed notebook read back from disk. The page stays open on the notebook."""
+    rel_path = stage_copy(lab, source)
+    start = time.monotonic()
+    kernel_id = open_in_lab(lab, page, rel_path)
+    nb = run_all_and_save(lab, page, rel_path, kernel_id)
     return LabRun(notebook=nb, rel_path=rel_path, seconds=time.monotonic() - start)
 
 
@@ -426,9 +442,7 @@ def test_solutions_run_in_lab(name, lab, page, output_path):
     assert not (problems := problems_in_solution_run(run.notebook)), "\n".join(problems)
     assert kind == "validation-success", f"the instructor source does not validate:\n{text}"
     assert figures, "no figure was drawn"
-    notebook_width = page.locator(f"{NOTEBOOK_PANEL} .jp-Notebook").bounding_box()["width"]
-    for shot, width in figures:  # drawn for the notebook's width: shown at natural size, not shrunk
-        assert width <= notebook_width, f"{shot.name} is {width}px wide, wider than the notebook ({notebook_width}px)"
+    assert not (wide := figures_not_fitting(page)), f"figures wider than their output area: {wide}"
     if name == "02_fencing.ipynb":  # the lost lease: "follow generation 1 along the timeline" must be possible
         (shot, _), = figures
         share = lease_share(shot, GENERATION_1)
@@ -464,6 +478,35 @@ def lease_share(shot: Path, colour: tuple[int, int, int, float]) -> float:
            if all(abs(have - want) <= 8 for have, want in zip(pixels[x, y], wanted))]
     assert bar, f"no bar of colour {colour} inside the first axis of {shot}"
     return (max(bar) - min(bar)) / (right - left)
+
+
+def figures_not_fitting(page) -> list[dict]:
+    """Every image in the open notebook's outputs that does not fit its output area: it runs past
+    the area's right edge, or (a figure a cell displayed) it is drawn wider than the area, so Lab
+    shrinks it and its text with it. One dict per image, with the sizes, for the message."""
+    return page.evaluate(
+        """sel => [...document.querySelectorAll(sel + ' .jp-OutputArea-output img')].map((img, index) => {
+                const area = img.closest('.jp-OutputArea-output');
+                const box = img.getBoundingClientRect(), room = area.getBoundingClientRect();
+                return {index, natural: img.naturalWidth, shown: Math.round(box.width),
+                        area: area.clientWidth, past_edge: Math.round(box.right - room.right),
+                        figure: !!img.closest('.jp-RenderedImage')};
+            }).filter(f => f.natural > 0 && (f.past_edge > 1 || (f.figure && f.natural > f.area)))""",
+        NOTEBOOK_PANEL,
+    )
+
+
+def broken_images(page) -> list[str]:
+    """Images the open notebook shows broken: loaded with no picture, or given no source at all
+    (the browser draws its broken-image icon), among those that take up room on the page."""
+    return page.evaluate(
+        """sel => [...document.querySelectorAll(sel + ' img')]
+            .filter(img => img.getBoundingClientRect().width > 0 && img.getBoundingClientRect().height > 0)
+            .filter(img => !img.getAttribute('src') || (img.complete && img.naturalWidth === 0))
+            .map(img => (img.closest('.jp-Cell')?.querySelector('.jp-InputArea-editor')?.textContent || '')
+                        .trim().slice(0, 60) + ' -> <img src=' + (img.getAttribute('src') || '').slice(0, 40) + '>')""",
+        NOTEBOOK_PANEL,
+    )
 
 
 def screenshot_figures(page, output_path: str) -> list[tuple[Path, float]]:
@@ -562,3 +605,136 @@ def test_machinery_on_generated_notebooks(lab, page, output_path, tmp_path):
     kind, text = validate_in_lab(page)
     close_dialog(page)
     assert kind == "validation-success", text
+
+
+# --------------------------------------------------------------------------------------------
+# The learner's working copy (what `make lab` opens)
+# --------------------------------------------------------------------------------------------
+
+RELEASE = REPO_ROOT / "notebooks" / "ch12"
+SOLUTIONS = REPO_ROOT / "solutions" / "ch12"
+DIRTY_TAB = ".lm-TabBar-tab.jp-mod-dirty"
+
+
+def test_every_notebook_opens_unchanged_in_the_learners_lab(learner_lab, page, output_path):
+    """Each notebook of the working copy, opened as a learner opens it, starts its kernel with no
+    dialog and is not marked as changed before anyone touched it (a notebook Lab rewrites on open
+    would ask to be saved, and 04 would then judge a notebook the learner never edited)."""
+    names = sorted(path.name for path in learner_lab.root_dir.glob("*.ipynb"))
+    assert names == sorted(path.name for path in RELEASE.glob("*.ipynb")) and len(names) == 5, names
+    changed = {}
+    for name in names:
+        learner_lab_url = learner_lab.lab_url(name) + "&reset"  # one notebook open at a time
+        page.goto(learner_lab_url, timeout=90_000)
+        page.locator(f"{NOTEBOOK_PANEL} .jp-Notebook .jp-Cell").first.wait_for(state="attached", timeout=60_000)
+        wait_for_kernel(learner_lab, name)
+        page.wait_for_timeout(1500)  # Lab writes what the kernel reports into the notebook's model
+        if page.locator(DIRTY_TAB).count() or page.locator(DIALOG).count():
+            changed[name] = page.locator(DIALOG).inner_text() if page.locator(DIALOG).count() else "marked unsaved"
+            screenshot(page, output_path, f"changed-on-open-{name}.png")
+    assert not changed, f"notebooks changed by merely opening them: {changed}"
+
+
+def _outputs_text(cell) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.output_type == "stream":
+            parts.append(output.text)
+        elif output.output_type == "error":
+            parts.append(f"{output.ename}: {output.evalue}")
+        else:
+            parts.extend(str(value) for kind, value in output.get("data", {}).items() if kind.startswith("text/"))
+    return "\n".join(parts)
+
+
+def _by_grade_id(nb, grade_id: str):
+    return next(cell for cell in nb.cells if _nbgrader(cell).get("grade_id") == grade_id)
+
+
+CHECKPOINT_TESTS = ["test_checkpoint_killed", "test_checkpoint_live_stale", "test_checkpoint_paused",
+                    "test_checkpoint_accepted_then_crash"]
+
+
+def _said_once(nb, phrase: str) -> tuple[str, list[str]]:
+    """The run cell's only output (a message, no table, no figure), and what each check said."""
+    run = _by_grade_id(nb, "run_checkpoint")
+    kinds = [output.output_type for output in run.outputs]
+    assert kinds == ["stream"], f"the run cell should show one message and nothing else, not {kinds}"
+    everything = "\n".join(_outputs_text(cell) for cell in nb.cells if cell.cell_type == "code")
+    assert " ".join(everything.split()).count(phrase) == 1, f"{phrase!r} should be said once:\n{everything}"
+    checks = [" ".join(_outputs_text(_by_grade_id(nb, name)).split()) for name in CHECKPOINT_TESTS]
+    for said in checks:
+        assert said.startswith("CheckFailed: The ") and "the message under the checkpoint's run above says why" in said
+    return " ".join(run.outputs[0].text.split()), checks
+
+
+def test_the_checkpoint_says_once_what_to_do_first_then_shows_predictions_beside_what_happened(
+        learner_lab, page, output_path):
+    """04_checkpoint in the learner's Lab, as a learner meets it: first with 01-03 untouched (their
+    stubs), then with a notebook whose kernel ran a change that was not saved, then with 01-03
+    written and saved and one prediction typed in. Before: one message, said once (no table of
+    blanks, no empty timeline, the checks point to it). After: each prediction beside what happened,
+    the table and the timeline, and every check passes."""
+    lab, name = learner_lab, "04_checkpoint.ipynb"
+    kernel = open_in_lab(lab, page, name)
+
+    # 1. A fresh copy: 01-03 still hold nbgrader's stubs.
+    nb = run_all_and_save(lab, page, name, kernel)
+    screenshot(page, output_path, "checkpoint-fresh.png")
+    message, _ = _said_once(nb, "not implemented yet")
+    assert message.startswith("The checkpoint has not run your code yet") and "`claim` in 01_claims" in message
+    assert "`order_to_continue` in 03_recovery" in message and "save each notebook (File > Save)" in message
+    assert page.locator(f"{NOTEBOOK_PANEL} .jp-OutputArea-output img, {NOTEBOOK_PANEL} .jp-OutputArea-output table"
+                        ).count() == 0, "a table or a figure is shown although nothing ran"
+
+    # 2. 01-03 written (the course's solutions stand in for the learner's) and saved, but the kernel of
+    # 02_fencing then ran a change to `assert_current` that was not saved.
+    from course import kernel_runs
+
+    for notebook in ("01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb"):
+        shutil.copy(SOLUTIONS / notebook, lab.root_dir / notebook)
+    kernel_runs.record(lab.root_dir / "02_fencing.ipynb", "def assert_current(connection, work, now=None):\n    pass",
+                       {"assert_current"}, at=time.time() + 60)
+    nb = run_all_and_save(lab, page, name, kernel)
+    message, _ = _said_once(nb, "save 02_fencing first")
+    assert message.startswith("The checkpoint did not run your code: save 02_fencing first"), message
+
+    # 3. Saved: the kernel's last run is the saved source. A prediction typed into its cell.
+    shutil.rmtree(lab.root_dir / kernel_runs.FOLDER)
+    cell = page.locator(f"{NOTEBOOK_PANEL} .jp-CodeCell", has_text="predicted_killed = None")
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("predicted_killed = 1")
+    nb = run_all_and_save(lab, page, name, kernel)
+    scroll_to_cell_of(page, "run_checkpoint(HERE)")
+    screenshot(page, output_path, "checkpoint-saved.png")
+
+    run = _by_grade_id(nb, "run_checkpoint")
+    shown = _outputs_text(run)
+    assert [o.output_type for o in run.outputs] == ["stream", "display_data", "display_data"], shown[:2000]
+    printed = " ".join(run.outputs[0].text.split())
+    assert printed.startswith("Your predictions beside what happened:"), printed
+    assert "killed supplier orders at the end: you predicted 1; its ledger holds 1 (as predicted)" in printed, printed
+    assert "paused late writes refused: you predicted nothing yet; 3 of 3 (transcript, completion, supplier)" in printed
+    assert "accepted_then_crash the replacement's first request: you predicted nothing yet; GET, a lookup" in printed
+    assert "4/4 cases passed" in printed, printed
+    cells = page.eval_on_selector_all(f"{NOTEBOOK_PANEL} .jp-OutputArea-output td",
+                                      "tds => tds.map(td => td.textContent.trim())")
+    assert cells and not [c for c in cells if re.fullmatch(r"None|None -> None|None, None|None / None", c)], cells
+    assert page.locator(f"{NOTEBOOK_PANEL} .jp-RenderedImage img").count() == 1
+    assert not (wide := figures_not_fitting(page)), f"figures wider than their output area: {wide}"
+    failed = {name: _errors(_by_grade_id(nb, name)) for name in CHECKPOINT_TESTS if _errors(_by_grade_id(nb, name))}
+    assert not failed, failed
+
+
+def scroll_to_cell_of(page, text: str) -> None:
+    """Scroll the open notebook so that the cell whose source holds `text` is at the top."""
+    page.evaluate(
+        """([sel, text]) => {
+            const source = c => c.querySelector('.jp-InputArea-editor')?.textContent || '';
+            const cell = [...document.querySelectorAll(sel + ' .jp-Cell')].find(c => source(c).includes(text));
+            if (cell) cell.scrollIntoView({block: 'start'});
+        }""",
+        [NOTEBOOK_PANEL, text],
+    )
+    page.wait_for_timeout(300)

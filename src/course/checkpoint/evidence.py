@@ -99,6 +99,21 @@ class CaseEvidence:
     def mark(self, lane: str, what: str, at: float, **details: Any) -> None:
         self.marks.append({"lane": lane, "what": what, "at": at, **details})
 
+    def facts(self) -> list[str]:
+        """The counted facts of this case, in the order a reader checks them."""
+        facts = []
+        if self.worker_exit is not None:
+            facts.append(f"old worker exit {self.worker_exit}" + (f" ({self.worker_signal})" if self.worker_signal else ""))
+        if self.generation is not None:
+            facts.append(f"generation {self.generation} {self.work_status}")
+        if self.supplier_orders is not None:
+            facts.append(f"supplier orders {self.supplier_orders}, POST {self.supplier_posts}, GET {self.supplier_gets}")
+        if self.model_calls is not None:
+            facts.append(f"model calls {self.model_calls}")
+        if self.stale_attempts:
+            facts.append(f"stale writes refused {len(self.refused_boundaries)}/{len(self.stale_attempts)}")
+        return facts
+
     def to_json(self) -> dict[str, Any]:
         return {"passed": self.passed, **asdict(self)}
 

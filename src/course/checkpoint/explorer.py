@@ -20,7 +20,6 @@ from typing import Any
 
 from course.checkpoint.crashpoints import POINTS
 from course.checkpoint.matrix import figures, matrix_specs, run_matrix
-from course.checkpoint.report import case_facts
 from course.checkpoint.timeline import draw_timeline
 from course.checkpoint.trial import NEMESES, TrialSpec
 
@@ -55,7 +54,8 @@ class Explorer:
         self.run_one = widgets.Button(description="Run", button_style="primary", icon="play")
         self.run_all = widgets.Button(description="Run all points", icon="th")
         self.status = widgets.HTML("Choose a crash point and a nemesis, then press Run.")
-        self.picture = widgets.Image(format="png", layout=widgets.Layout(width="760px"))
+        # Hidden until a trial has drawn one: an image without bytes shows as a broken image.
+        self.picture = widgets.Image(format="png", layout=widgets.Layout(width="760px", display="none"))
         self.evidence = widgets.HTML(layout=widgets.Layout(width="420px"))
         self.cells = {(point, nemesis): widgets.HTML("<span title='not run'>&middot;</span>",
                                                      layout=widgets.Layout(width="90px"))
@@ -87,6 +87,7 @@ class Explorer:
             with tempfile.TemporaryDirectory(prefix="ch12-explore-") as scratch:
                 png = draw_timeline([trial], Path(scratch) / "timeline.png", show=False)
                 self.picture.value = png.read_bytes()
+                self.picture.layout.display = None
             self.evidence.value = evidence_html(trial)
             self._show(trial)
             self.status.value = (f"<b>{'PASS' if trial.passed else 'FAIL'}</b>: {html.escape(spec.point)} with "
@@ -132,7 +133,7 @@ def evidence_html(trial: Any) -> str:
         text = html.escape(invariant["sentence"] or invariant["name"])
         rows.append(f"<li style='color:{colour}'>{mark} {text}</li>")
     crash, takeover = trial.at_crash, trial.takeover
-    facts = case_facts(trial) + [
+    facts = trial.facts() + [
         f"at the crash: order {crash.get('orders')}, transcript rows {crash.get('transcript')}, "
         f"supplier orders {crash.get('supplier_orders')}",
         f"at the takeover: generation {takeover.get('generation')}, order {takeover.get('order_status')}",

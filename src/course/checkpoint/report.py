@@ -1,31 +1,26 @@
-"""Human-readable forms of a checkpoint run: summary lines, a table, and the evidence as JSON."""
+"""Human-readable forms of a checkpoint run: summary lines, a table, the evidence as JSON, and
+what 04_checkpoint's run cell shows (`show_checkpoint`).
+
+A run that could not reach the learner's code at all (a notebook not saved since the kernel ran
+it, a function still a stub, a missing cell) is said once, in one message (`not_ready`): no table
+of blanks, no empty timeline panels, and the checks below it point back to that message
+(`could_not_run`) instead of repeating it.
+"""
 
 from __future__ import annotations
 
 import json
+import textwrap
+from collections.abc import Mapping
+from typing import Any
 
 from course.checkpoint.evidence import CaseEvidence
-
-
-def case_facts(case: CaseEvidence) -> list[str]:
-    """The counted facts of one case, in the order a reader checks them."""
-    facts = []
-    if case.worker_exit is not None:
-        facts.append(f"old worker exit {case.worker_exit}" + (f" ({case.worker_signal})" if case.worker_signal else ""))
-    if case.generation is not None:
-        facts.append(f"generation {case.generation} {case.work_status}")
-    if case.supplier_orders is not None:
-        facts.append(f"supplier orders {case.supplier_orders}, POST {case.supplier_posts}, GET {case.supplier_gets}")
-    if case.model_calls is not None:
-        facts.append(f"model calls {case.model_calls}")
-    if case.stale_attempts:
-        facts.append(f"stale writes refused {len(case.refused_boundaries)}/{len(case.stale_attempts)}")
-    return facts
+from course.graded_cells import NOTEBOOK_OF
 
 
 def case_line(case: CaseEvidence) -> str:
     verdict = "PASS" if case.passed else "FAIL"
-    facts = case_facts(case)
+    facts = case.facts()
     if case.lease_waited_seconds is not None:
         facts.append(f"lease waited {case.lease_waited_seconds:.2f} s")
     if case.wall_seconds is not None:
@@ -52,7 +47,8 @@ def summary_lines(checkpoint) -> list[str]:  # a Checkpoint (not imported: run i
 
 
 def evidence_rows(checkpoint) -> list[tuple[str, list[str]]]:
-    """The counted evidence as (row label, one value per case), for a table."""
+    """The counted evidence as (row label, one value per case), for a table; a value nobody
+    counted (the case stopped before it) reads "-", never "None"."""
 
     def each(value) -> list[str]:
         return [value(case) for case in checkpoint]
@@ -63,23 +59,23 @@ def evidence_rows(checkpoint) -> list[tuple[str, list[str]]]:
     return [
         ("verdict", each(lambda c: "PASS" if c.passed else "FAIL")),
         ("old worker exit status (Popen.returncode)",
-         each(lambda c: f"{c.worker_exit}" + (f" ({c.worker_signal})" if c.worker_signal else ""))),
+         each(lambda c: _v(c.worker_exit) + (f" ({c.worker_signal})" if c.worker_signal else ""))),
         ("old worker state after SIGSTOP (/proc)", each(lambda c: c.worker_state_when_paused or "-")),
         ("competing claim while the lease was live", each(_competitor)),
-        ("generation: old holder -> now", each(lambda c: f"{c.old_generation} -> {c.generation}")),
-        ("work state, owner", each(lambda c: f"{c.work_status}, {c.owner}")),
-        ("supplier orders (its ledger file)", each(lambda c: str(c.supplier_orders))),
+        ("generation: old holder -> now", each(lambda c: f"{_v(c.old_generation)} -> {_v(c.generation)}")),
+        ("work state, owner", each(lambda c: f"{_v(c.work_status)}, {_v(c.owner)}")),
+        ("supplier orders (its ledger file)", each(lambda c: _v(c.supplier_orders))),
         ("... carrying the original operation",
          each(lambda c: str(sum(op == c.operation for op in c.supplier_operations)) if c.operation else "-")),
-        ("supplier POST / GET (its requests table)", each(lambda c: f"{c.supplier_posts} / {c.supplier_gets}")),
+        ("supplier POST / GET (its requests table)", each(lambda c: f"{_v(c.supplier_posts)} / {_v(c.supplier_gets)}")),
         ("local order right after the crash", each(lambda c: c.order_status_after_crash or "-")),
         ("model calls (NoNewReasoning) / reserved in the database",
-         each(lambda c: f"{c.model_calls} / {c.model_calls_recorded}")),
+         each(lambda c: f"{_v(c.model_calls)} / {_v(c.model_calls_recorded)}")),
         ("old holder's writes after expiry", each(lambda c: _attempts(c.expired_probe))),
         ("old holder's writes after the takeover", each(lambda c: _attempts(c.stale_attempts))),
         ("transcript rows per generation", each(lambda c: ", ".join(
             f"gen {g}: {n}" for g, n in c.transcript_rows.items()) or "none")),
-        ("money reserved / spent (pence)", each(lambda c: f"{c.reserved_pence} / {c.spent_pence}")),
+        ("money reserved / spent (pence)", each(lambda c: f"{_v(c.reserved_pence)} / {_v(c.spent_pence)}")),
         ("later work taken after the settlement (event seq)", each(lambda c: "-" if not c.later_work else
          f"{c.later_work.get('settled_seq')} < {c.later_work.get('first_seq')}")),
         ("real lease time waited (s)", each(lambda c: seconds(c.lease_waited_seconds))),
@@ -95,6 +91,11 @@ def markdown_table(checkpoint) -> str:
     rows = ["| " + label + " | " + " | ".join(v.replace("|", "/") for v in values) + " |"
             for label, values in evidence_rows(checkpoint)]
     return "\n".join([header, rule, *rows])
+
+
+def _v(value: object) -> str:
+    """A counted value as the table shows it: "-" where nothing was counted (the case stopped first)."""
+    return "-" if value is None else str(value)
 
 
 def _competitor(case: CaseEvidence) -> str:
@@ -124,3 +125,134 @@ def evidence_json(checkpoint) -> str:  # a Checkpoint
                 fields.append(f"    {json.dumps(key)}: {json.dumps(value, sort_keys=True)}")
         cases.append("  {\n" + ",\n".join(fields) + "\n  }")
     return "[\n" + ",\n".join(cases) + "\n]"
+
+
+# --- what 04_checkpoint's run cell shows -------------------------------------------------------------
+
+# What the learner predicts before each case (a literal in a cell tagged `prediction`, named
+# `predicted_<case>`); `_observed` reads the same quantity from the case's counted evidence.
+PREDICTED = {
+    "killed": "supplier orders at the end",
+    "live_stale": "late writes refused",
+    "paused": "late writes refused",
+    "accepted_then_crash": "the replacement's first request",
+}
+
+_reported: dict[int, CaseEvidence] = {}  # cases whose reason `show_checkpoint` already said, by id
+
+
+def not_ready(checkpoint) -> str | None:  # a Checkpoint
+    """The one message for a run that could not reach the learner's code, or None when it did.
+
+    Not ready: the notebooks could not be loaded (not saved since the kernel ran them, a cell
+    missing or raising), one of the graded functions is still nbgrader's stub, or every case stopped
+    before a replacement ran, for one and the same reason."""
+    refused = getattr(checkpoint, "refused", None)
+    if refused:
+        return "The checkpoint did not run your code: " + _sentence(refused)
+    missing = list(getattr(checkpoint, "missing", []))
+    if missing:
+        by_notebook: dict[str, list[str]] = {}
+        for name in missing:
+            by_notebook.setdefault(NOTEBOOK_OF.get(name, "its notebook"), []).append(f"`{name}`")
+        where = "; ".join(f"{_and(names)} in {notebook}" for notebook, names in by_notebook.items())
+        these, them = ("these are", "them") if len(missing) > 1 else ("this is", "it")
+        return ("The checkpoint has not run your code yet: it runs your own functions from your saved 01_claims, "
+                f"02_fencing and 03_recovery, and {these} not implemented yet: {where}. Write {them}, save each "
+                "notebook (File > Save), then run this cell again.")
+    reasons = {case.failures[0] for case in checkpoint if case.failures}
+    if checkpoint and all(case.replacement is None and case.failures for case in checkpoint) and len(reasons) == 1:
+        return "The checkpoint could not run your code: " + _sentence(reasons.pop())
+    return None
+
+
+def could_not_run(case: CaseEvidence) -> str:
+    """A check's sentence for a case that could not run the learner's code: a pointer to the message
+    the run cell already showed in this kernel, else the reason itself."""
+    if _reported.get(id(case)) is case:
+        return (f"The {case.case} case could not run your code; the message under the checkpoint's run above says "
+                "why.")
+    return f"The {case.case} case could not run: " + _sentence("; ".join(case.failures) or "no failure recorded")
+
+
+def prediction_lines(checkpoint, predicted: Mapping[str, Any]) -> list[str]:  # a Checkpoint
+    """'killed  supplier orders at the end: you predicted 1; its ledger holds 1 (as predicted)', one per case."""
+    from course.checks import WIDTH
+
+    lines = []
+    for case in checkpoint:
+        if case.case not in PREDICTED:
+            continue
+        guess = predicted.get(case.case)
+        value, seen = _observed(case)
+        said = "nothing yet" if guess is None else repr(guess)
+        verdict = ""
+        if guess is not None and value is not None:
+            same = str(guess).strip().upper() == str(value).upper()
+            verdict = " (as predicted)" if same else " (not as predicted)"
+        line = f"  {case.case:<20} {PREDICTED[case.case]}: you predicted {said}; {seen}{verdict}"
+        lines.append(textwrap.fill(line, WIDTH, subsequent_indent=" " * 23, break_on_hyphens=False))
+    return ["Your predictions beside what happened:", *lines] if lines else []
+
+
+def show_checkpoint(checkpoint, predicted: Mapping[str, Any] | None = None) -> None:  # a Checkpoint
+    """What 04_checkpoint's run cell shows. Not ready: the one message, nothing else. Ready: the
+    predictions beside what happened, the summary, the table and the timeline of the cases that ran."""
+    from IPython.display import Markdown, display
+
+    from course.checks import wrap
+
+    message = not_ready(checkpoint)
+    if message is not None:
+        for case in checkpoint:
+            _reported[id(case)] = case
+        print(wrap(message))
+        return
+    lines = prediction_lines(checkpoint, predicted or {})
+    print("\n".join([*lines, *([""] if lines else []), *summary_lines(checkpoint)]))
+    display(Markdown(markdown_table(checkpoint)))
+    drawn = [case for case in checkpoint if drawable(case)]
+    if drawn:
+        from course.checkpoint.timeline import draw_timeline
+
+        draw_timeline(drawn, show=True)
+
+
+def drawable(case: CaseEvidence) -> bool:
+    """Whether a case recorded anything a timeline panel can show (a holding, a mark, an event)."""
+    return bool(case.leases or case.marks or case.events)
+
+
+def _observed(case: CaseEvidence) -> tuple[Any, str]:
+    """(the value a prediction is compared with, the observation in words) for one case."""
+    if case.case == "killed":
+        if case.supplier_orders is None:
+            return None, "not counted (the case stopped first)"
+        return case.supplier_orders, f"its ledger holds {case.supplier_orders}"
+    if case.case in ("live_stale", "paused"):
+        if not case.stale_attempts:
+            return None, "no late write was tried (the case stopped first)"
+        refused = len(case.refused_boundaries)
+        tried = ", ".join(a["boundary"] if a["outcome"] == "refused" else f"{a['boundary']} {a['outcome'].upper()}"
+                          for a in case.stale_attempts)
+        return refused, f"{refused} of {len(case.stale_attempts)} ({tried})"
+    requests = [r for r in case.supplier_requests if r.get("operation") is not None]
+    first_post = next((i for i, r in enumerate(requests) if r["method"] == "POST"), None)
+    if first_post is None:
+        return None, "the old worker's order never reached the supplier"
+    later = requests[first_post + 1:]
+    if not later:
+        return "none", "none: it sent nothing"
+    kind = {"GET": "a lookup", "POST": "the order again"}.get(later[0]["method"], "a request")
+    then = "and nothing more" if len(later) == 1 else f"then {len(later) - 1} more request(s)"
+    return later[0]["method"], f"{later[0]['method']}, {kind}, {then}"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _sentence(text: str) -> str:
+    """`text` ending in exactly one full stop."""
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?")) else text + "."

@@ -43,6 +43,8 @@ class Checkpoint(list):
     wall_seconds: float = 0.0
     folder: Path | None = None
     versions: list = []  # learner.Version: which saved version of each function was judged
+    missing: list = []  # the learner's graded names still holding their stub (for the report)
+    refused: str | None = None  # why the learner's notebooks could not be loaded at all, if they could not
 
     @property
     def passed(self) -> bool:
@@ -105,10 +107,12 @@ def run_checkpoint(
         loaded = None if isinstance(implementation, Elsewhere) else load_implementation(
             implementation, require_saved=require_saved)
     except LearnerCodeError as error:  # every case fails with the same, specific sentence
+        result.refused = str(error)
         result.extend(CaseEvidence(name, TITLES[name], label, float(lease_seconds), failures=[str(error)])
                       for name in cases)
     else:
         result.versions = loaded.versions if loaded is not None else []
+        result.missing = list(loaded.missing) if loaded is not None else []
         with (tempfile.TemporaryDirectory(prefix="ch12-checkpoint-") if result.folder is None
               else nullcontext(result.folder)) as folder:
             _run_cases(cases, _setting(implementation, loaded, label, float(lease_seconds), Path(folder)), result)

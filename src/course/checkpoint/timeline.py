@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from course.checkpoint.report import case_facts
 
 LANES = {"old worker": 2, "replacement": 1, "supplier": 0}
 COLOURS = {"old worker": "#c0504d", "replacement": "#4f81bd", "supplier": "#9bbb59"}
@@ -88,7 +87,7 @@ def _panel(ax: Any, case: Any) -> None:
 
 def _title(ax: Any, case: Any) -> None:
     verdict = "PASS" if case.passed else "FAIL"
-    title = f"{case.case} - {case.title}: {verdict}\n" + textwrap.fill("; ".join(case_facts(case)), 95)
+    title = f"{case.case} - {case.title}: {verdict}\n" + textwrap.fill("; ".join(case.facts()), 95)
     if case.failures:
         title += "\n" + textwrap.fill(case.failures[0], 95, max_lines=3)
     ax.set_title(title, loc="left", fontsize=FONT, color="black" if case.passed else "#b00000")
