@@ -376,13 +376,17 @@ def stubs(name: str, *grade_ids: str) -> dict[str, str]:
 
 CLAIMS, RECOVERY = "01_claims.ipynb", "03_recovery.ipynb"
 CLAIM_CELLS = ("claim_dataclass", "claim")
-FIVE = {"01_claims.ipynb": CLAIM_CELLS, "02_fencing.ipynb": ("assert_current", "observe", "finish"),
-        "03_recovery.ipynb": ("order_to_continue",)}
+# Every answer the course has its own of (course.grading.learner.tripwires.ANSWERS), by notebook, and
+# where the course keeps it.
+OWN = {"01_claims.ipynb": CLAIM_CELLS, "02_fencing.ipynb": ("assert_current", "observe", "finish"),
+       "03_recovery.ipynb": ("order_to_continue",), "05_explore.ipynb": ("admit_generation",)}
+MODULE_OF = {"order_to_continue": "sovereign_agent.assistant_orders",
+             "admit_generation": "reference_organizations.store.supplier.fence"}
 
 
 def every_notebook(changes: dict[str, dict[str, str]]) -> dict[str, nbformat.NotebookNode]:
-    """A complete submission (all four notebooks) with `changes` {notebook: {grade_id: source}}."""
-    names = ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "04_checkpoint.ipynb"]
+    """A complete submission (every notebook) with `changes` {notebook: {grade_id: source}}."""
+    names = sorted(path.name for path in SOLUTIONS.glob("*.ipynb"))
     return {name: notebook(name, SOLUTIONS, changes.get(name, {})) for name in names}
 
 
@@ -395,15 +399,15 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
         "written_differently": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {
             **CLAIM_WITH_SLOTS_AND_A_HELPER, "claim": claim_calling_the_helper()}, [
             CLAIM_HELPER_CELL]), RECOVERY: notebook(RECOVERY, SOLUTIONS, DATA_BUILT_BY_CALLS)}, None),
-        # All five of the checkpoint's functions wrap the course's own: 01-03 and 04 earn what they
-        # would with the five unanswered.
+        # Every answer the course has its own of wraps it (the checkpoint's five, 05's rule): each
+        # notebook earns what it would with those unanswered.
         "everywhere_reference": (every_notebook({
-            name: {cell: (f"def {cell}(*args, **kwargs):\n    from sovereign_agent import assistant_work, assistant_orders\n"
-                          f"    module = assistant_orders if {cell!r} == 'order_to_continue' else assistant_work\n"
+            name: {cell: (f"def {cell}(*args, **kwargs):\n    import importlib\n"
+                          f"    module = importlib.import_module({MODULE_OF.get(cell, 'sovereign_agent.assistant_work')!r})\n"
                           f"    return getattr(module, {cell!r})(*args, **kwargs)") if cell != "claim_dataclass"
                    else "from sovereign_agent.assistant_work import Claim"
-                   for cell in cells} for name, cells in FIVE.items()}), "five_unanswered"),
-        "five_unanswered": (every_notebook({name: stubs(name, *cells) for name, cells in FIVE.items()}), None),
+                   for cell in cells} for name, cells in OWN.items()}), "own_unanswered"),
+        "own_unanswered": (every_notebook({name: stubs(name, *cells) for name, cells in OWN.items()}), None),
         "hooks_on_the_harness": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": RACY_CLAIM}, [HOOKS_ON_THE_HARNESS])},
                                  "racy"),
         "hooks_on_the_interpreter": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": RACY_CLAIM},
@@ -491,7 +495,7 @@ def test_honest_submissions_get_their_exact_scores(graded):
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         every = {f"{nb.name}/{c.name}": c.max_score for nb in gb.find_assignment("ch12").notebooks
                  for c in nb.grade_cells if c.cell_type == "code"}
-    assert by_student["complete_everywhere"] == every, "all four notebooks answered: every autograded point"
+    assert by_student["complete_everywhere"] == every, "every notebook answered: every autograded point"
     assert set(by_student["untouched"].values()) == {0}
     assert all(results[s].reasons == {} for s in ("complete", "complete_everywhere", "written_differently"))
 

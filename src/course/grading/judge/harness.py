@@ -4,7 +4,7 @@ other than the judge, as the judge runs them.
 `bind`: a function to a `wire.Remote`, a dataclass to a mirror, a value to its plain data, an
 answer that did not run to a placeholder saying why.
 
-`race_claims`: worker B is the same name in a second learner process. `rebound`: the name is
+`race_claims`, `race_admissions`: the rival is the same name in a second learner process. `rebound`: the name is
 rebound in the learner process too, so the judge sees every call the learner's own code makes.
 `run_checkpoint`: the five functions of a learner process that ran 01-03, workers in learner
 sandboxes, ledgers in the judge's folder, stale writes made by the judge itself.
@@ -115,10 +115,14 @@ class Context:
 
 def substitute(namespace: dict[str, Any], context: Context) -> None:
     """Replace, by identity, each course harness the setup cells bound with the judge's version."""
+    from course import fence_checks
     from course.checkpoint import run
 
     def race_claims(location: Any, claim: Any, *, now: float | None = None, rival: Any = None) -> dict[str, Any]:
         return checks.race_claims(location, claim, now=now, rival=rival or context.again(claim))
+
+    def race_admissions(rule: Any, **options: Any) -> dict[str, Any]:
+        return fence_checks.race_admissions(rule, rival=context.again(rule), **options)
 
     def run_checkpoint(implementation: Any = None, *args: Any, **kwargs: Any) -> Any:
         kwargs.pop("require_saved", None)  # the judge judges what was submitted
@@ -139,7 +143,8 @@ def substitute(namespace: dict[str, Any], context: Context) -> None:
             if mine:
                 context.peer.call({"name": "__rebind__"}, (name, original))
 
-    swaps = {id(checks.race_claims): race_claims, id(run.run_checkpoint): run_checkpoint, id(checks.rebound): rebound}
+    swaps = {id(checks.race_claims): race_claims, id(fence_checks.race_admissions): race_admissions,
+             id(run.run_checkpoint): run_checkpoint, id(checks.rebound): rebound}
     for name, value in list(namespace.items()):
         if id(value) in swaps:
             namespace[name] = swaps[id(value)]

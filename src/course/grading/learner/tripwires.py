@@ -25,10 +25,11 @@ ANSWERS = {
     "observe": "sovereign_agent.assistant_work",
     "finish": "sovereign_agent.assistant_work",
     "order_to_continue": "sovereign_agent.assistant_orders",
+    "admit_generation": "reference_organizations.store.supplier.fence",
 }
 # What a checkpoint worker runs of 01-03 (the `implementation`): the five functions; the course's own
 # Claim stays, as the checkpoint's harness builds records with it.
-IMPLEMENTATION = frozenset(ANSWERS) - {"Claim"}
+IMPLEMENTATION = frozenset(ANSWERS) - {"Claim", "admit_generation"}
 HELPER = "_course_tripwire"
 
 

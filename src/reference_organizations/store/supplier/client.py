@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import math
@@ -11,7 +12,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from reference_organizations.store.supplier.protocol import DEFAULT_IDENTITY, OPERATION
+from reference_organizations.store.supplier.protocol import (
+    DEFAULT_IDENTITY, FENCING_GENERATION, FENCING_WORK, MAX_GENERATION, OPERATION, WORK_ID,
+)
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
 
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
@@ -23,7 +26,8 @@ class SupplierClient:
     Any answer we did not get (timeout, refused or reset connection, dropped response, 5xx),
     and any 2xx receipt that is not ours (another supplier or operation), raises OutcomeUnknown:
     the order may exist, and only a lookup can tell. A 4xx raises SupplierRefused. `timeout`
-    bounds each socket operation, not the whole call.
+    bounds each socket operation, not the whole call. A client made by `fenced(work_id,
+    generation)` sends that fencing token with every order (see fence.py); one without sends none.
     """
 
     idempotent = True  # the interface's promise: the same operation id is answered with the same receipt
@@ -59,6 +63,17 @@ class SupplierClient:
         self.identity = identity
         self.timeout = float(timeout)
         self._host, self._port = parts.hostname, port
+        self.token: tuple[str, int] | None = None
+
+    def fenced(self, work_id: str, generation: int) -> SupplierClient:
+        """The same client, sending the holder's fencing token (work id, generation) with its orders."""
+        if not (isinstance(work_id, str) and WORK_ID.fullmatch(work_id)):
+            raise ValueError(f"a work id is 1 to 64 of [0-9A-Za-z:_.-]: {work_id!r}")
+        if type(generation) is not int or not 0 <= generation <= MAX_GENERATION:
+            raise ValueError(f"a generation is an integer from 0 to 2**62: {generation!r}")
+        bound = copy.copy(self)
+        bound.token = (work_id, generation)
+        return bound
 
     @classmethod
     def from_ready_file(cls, path: str | os.PathLike[str], *, timeout: float = 3.0) -> SupplierClient:
@@ -82,6 +97,8 @@ class SupplierClient:
 
     def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         headers = {} if body is None else {"Content-Type": "application/json"}
+        if body is not None and self.token is not None:
+            headers.update({FENCING_WORK: self.token[0], FENCING_GENERATION: str(self.token[1])})
         connection = (_UnixConnection(self._socket, self.timeout) if self._socket
                       else http.client.HTTPConnection(self._host, self._port, timeout=self.timeout))
         try:

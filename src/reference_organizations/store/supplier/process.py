@@ -10,9 +10,10 @@ import sys
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from reference_organizations.store.supplier.client import SupplierClient
+from reference_organizations.store.supplier.fence import FenceRelay
 from reference_organizations.store.supplier.protocol import (
     BUSY_TIMEOUT_SECONDS,
     DEFAULT_IDENTITY,
@@ -29,6 +30,7 @@ class SupplierProcess:
     endpoint: str
     identity: str
     socket_endpoint: str | None = None  # `unix:PATH`, when started with a socket
+    relay: Any = None  # the FenceRelay answering for a rule of this process (fence.py), if any
 
     @property
     def pid(self) -> int:
@@ -51,8 +53,18 @@ class SupplierProcess:
         rows = self._query(sql + " ORDER BY seq", (method,))
         return [dict(zip(("seq", "method", "operation", "status", "at"), row)) for row in rows]
 
+    def tokens(self) -> list[dict[str, Any]]:
+        """Every order that carried a fencing token, oldest first, and whether it was admitted."""
+        sql = "SELECT seq, operation, work_id, generation, admitted, at FROM tokens ORDER BY seq"
+        return [dict(zip(("seq", "operation", "work_id", "generation", "admitted", "at"), row))
+                for row in self._query(sql)]
+
     def stop(self) -> int:
-        return stop(self.process)
+        try:
+            return stop(self.process)
+        finally:
+            if self.relay is not None:
+                self.relay.close()
 
     def _query(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with closing(sqlite3.connect(self.ledger, timeout=BUSY_TIMEOUT_SECONDS)) as db:
@@ -77,11 +89,15 @@ def start_supplier(
     answer_first_as: str | None = None,
     socket: str | os.PathLike[str] | None = None,
     timeout: float = 15,
+    fence: str | Callable[..., bool] | None = None,
 ) -> SupplierProcess:
     """Start a supplier process that dies with this one; return once it is listening.
 
     Its stderr goes to `<ledger>.log` (shown if it fails to start); the ready file defaults
     to `<ledger>.ready`. With `socket`, it also answers on that Unix socket (`socket_endpoint`).
+    With `fence`, it refuses orders whose fencing token is older than one it has seen for their
+    work item: "reference" (the course's rule, run by the supplier), or a function
+    `rule(ledger, work_id, generation) -> bool`, run in THIS process for each fenced order.
     """
     ledger = Path(ledger).resolve()
     ledger.parent.mkdir(parents=True, exist_ok=True)
@@ -98,13 +114,36 @@ def start_supplier(
     argv += ["--reject"] if reject else []
     argv += ["--answer-first-as", answer_first_as] if answer_first_as is not None else []
     argv += ["--socket", socket] if socket is not None else []
+    relay, fenced = _fence(fence)
+    argv += fenced
     log = ledger.with_suffix(".log")
-    with open(log, "ab") as stderr:
-        process = spawn(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        with open(log, "ab") as stderr:
+            process = spawn(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+        info = _listening(process, ready, log, timeout)
+    except BaseException:
+        if relay is not None:
+            relay.close()
+        raise
+    return SupplierProcess(process, ledger, info["endpoint"], info["identity"], info.get("socket_endpoint"), relay)
+
+
+def _fence(fence: str | Callable[..., bool] | None) -> tuple[FenceRelay | None, list[str]]:
+    """The `--fence` argument: the course's rule by name, or a relay to `fence`, run in this process."""
+    if callable(fence):
+        relay = FenceRelay(fence)
+        return relay, ["--fence", relay.endpoint]
+    return None, [] if fence is None else ["--fence", str(fence)]
+
+
+def _listening(process: subprocess.Popen[bytes], ready: Path, log: Path, timeout: float) -> dict[str, Any]:
+    """What the supplier wrote in its ready file once it listens; one that fails is stopped, and
+    the end of its log told."""
     try:
         info = json.loads(wait_for_file(ready, timeout=timeout, process=process))
         if info["pid"] != process.pid:
             raise RuntimeError(f"{ready} was written by process {info['pid']}, not {process.pid}")
+        return info
     except RuntimeError as error:
         stop(process)
         tail = log.read_text(errors="replace")[-2000:]
@@ -112,6 +151,5 @@ def start_supplier(
     except BaseException:
         stop(process)
         raise
-    return SupplierProcess(process, ledger, info["endpoint"], info["identity"], info.get("socket_endpoint"))
 
 

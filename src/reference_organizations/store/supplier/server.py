@@ -27,8 +27,13 @@ from typing import Any, Callable, Iterator
 from reference_organizations.store.supplier.protocol import (
     BUSY_TIMEOUT_SECONDS,
     DEFAULT_IDENTITY,
+    FENCING_GENERATION,
+    FENCING_WORK,
+    MAX_GENERATION,
     OPERATION,
+    WORK_ID,
 )
+from reference_organizations.store.supplier.fence import chooser
 from reference_organizations.children import alive, write_atomically
 
 HOST = "127.0.0.1"
@@ -36,6 +41,7 @@ ORDER_PATH = re.compile(r"/orders/([^/]*)")
 FIELDS = {"sku", "quantity", "unit_pence", "supplier", "currency"}
 PARENT_POLL_SECONDS = 0.2
 LINGER_SECONDS, LINGER_BYTES = 1.0, 1 << 20
+STALE = 412  # an order whose fencing token is older than one already seen: refused, nothing stored
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (
@@ -49,6 +55,20 @@ CREATE TABLE IF NOT EXISTS requests (
     operation TEXT,
     status INTEGER,  -- NULL: the order was committed and the answer dropped on purpose
     at REAL          -- Unix time
+);
+-- Fencing at the resource (fence.py): the highest generation seen per work item, kept by the rule
+CREATE TABLE IF NOT EXISTS fence (
+    work_id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL
+);
+-- Every order that carried a fencing token, and whether this supplier admitted it
+CREATE TABLE IF NOT EXISTS tokens (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    operation TEXT,
+    work_id TEXT,
+    generation INTEGER,
+    admitted INTEGER,  -- 1 admitted (always, when the supplier is not fenced), 0 refused as stale
+    at REAL
 );
 """
 
@@ -125,7 +145,7 @@ class Ledger:
 
 
 class SupplierServer(ThreadingHTTPServer):
-    """Holds the ledger and the test switches that the request handlers read.
+    """Holds the ledger, the test switches and the optional fence that the request handlers read.
 
     Handler threads are not daemons: closing the server waits for answers in flight (a held
     one is released early), so SIGTERM never cuts a reply in half.
@@ -146,8 +166,10 @@ class SupplierServer(ThreadingHTTPServer):
         answer_first_as: str | None = None,
         max_body: int = 16384,
         stopping: threading.Event | None = None,
+        fence: Callable[[str, int], bool] | None = None,
     ) -> None:
         self.ledger = ledger
+        self.fence = fence  # (work id, generation) -> admitted; None: tokens recorded, never refused
         self.identity = identity
         self.drop_next = drop_first_response
         self.misname_next = answer_first_as  # the first new order's answer names this supplier
@@ -203,15 +225,27 @@ class SupplierHandler(BaseHTTPRequestHandler):
         try:
             operation = self._operation()
             proposal = validate(self._read_json(), self.server.identity)
+            token = self._token()
         except Refusal as refusal:
             return self._refuse(operation, refusal)
         canonical = json.dumps(proposal, sort_keys=True, separators=(",", ":"))
         with self.server.order_lock:
+            admitted = True
+            if self.server.fence is not None:  # asked before the ledger's transaction: a rule takes its own
+                try:
+                    admitted = self.server.fence(*token)
+                except Exception as error:  # no answer from the rule: the order's fate is not decided
+                    return self._refuse(operation, Refusal(503, f"the fence could not decide: {error}"[:500]))
             with self.server.ledger.transaction() as db:
+                if token is not None:
+                    db.execute("INSERT INTO tokens (operation, work_id, generation, admitted, at) VALUES (?, ?, ?, ?, ?)",
+                               (operation, *token, int(admitted), time.time()))
                 row = db.execute(
                     "SELECT proposal, receipt FROM orders WHERE operation = ?", (operation,)
                 ).fetchone()
-                if row is None:
+                if not admitted:  # a stale holder gets nothing, not even a stored receipt
+                    status, receipt = STALE, ""
+                elif row is None:
                     receipt = json.dumps(self._new_receipt(operation, proposal), sort_keys=True)
                     db.execute("INSERT INTO orders VALUES (?, ?, ?)", (operation, canonical, receipt))
                     status = None if self.server.drop_next else 201
@@ -224,6 +258,9 @@ class SupplierHandler(BaseHTTPRequestHandler):
             if status == 201 and self.server.misname_next:
                 answer = json.dumps({**json.loads(receipt), "supplier": self.server.misname_next}, sort_keys=True)
                 self.server.misname_next = None
+        if status == STALE:
+            return self._refuse_after_record(STALE, f"fencing token refused: generation {token[1]} of work "
+                                             f"{token[0]} is older than one this supplier has already seen")
         if status == 409:
             return self._refuse_after_record(409, f"operation {operation} holds a different proposal")
         if status != 200:  # a new order, committed just now
@@ -234,6 +271,19 @@ class SupplierHandler(BaseHTTPRequestHandler):
                 return  # closing without a word: the client cannot know the order exists
             self.server.stopping.wait(self.server.hold_seconds)
         self._reply(status, answer)
+
+    def _token(self) -> tuple[str, int] | None:
+        """The order's fencing token (work id, generation), or None; a fenced supplier requires one."""
+        work, generation = self.headers.get_all(FENCING_WORK, []), self.headers.get_all(FENCING_GENERATION, [])
+        if not work and not generation:
+            if self.server.fence is not None:
+                raise Refusal(428, f"this supplier is fenced: send {FENCING_WORK} and {FENCING_GENERATION}")
+            return None
+        if len(work) != 1 or len(generation) != 1 or WORK_ID.fullmatch(work[0]) is None \
+                or not re.fullmatch(r"[0-9]{1,19}", generation[0]) or int(generation[0]) > MAX_GENERATION:
+            raise Refusal(400, f"a fencing token is one {FENCING_WORK} (1 to 64 of [0-9A-Za-z:_.-]) and one "
+                               f"{FENCING_GENERATION} (an integer from 0 to 2**62)")
+        return work[0], int(generation[0])
 
     def _new_receipt(self, operation: str, proposal: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -353,6 +403,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-body", type=_bounded_int(1, 1 << 20), default=16384)
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     parser.add_argument("--socket", type=Path, help="also answer on this Unix socket")
+    parser.add_argument("--fence", metavar="reference|relay:PATH", help="refuse orders whose fencing token "
+                        "is older than one seen for their work item, by the course's rule or by asking the "
+                        "process listening at PATH (fence.py)")
     return parser
 
 
@@ -373,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         answer_first_as=args.answer_first_as,
         max_body=args.max_body,
         stopping=stopping,
+        fence=chooser(args.fence, args.database.resolve()),
     )
     servers = [server] + ([UnixSupplierServer(args.socket, server)] if args.socket else [])
     serving = [threading.Thread(target=one.serve_forever, kwargs={"poll_interval": 0.05}) for one in servers]
