@@ -192,6 +192,14 @@ MISTAKES = {
         "max(generation, excluded.generation)"),
     # a reader's transaction that becomes a writer later
     "plain BEGIN": _locked("row[0] > generation", begin="BEGIN"),
+    # check, then record, under a lock of this process only: another worker's process has its own
+    "a lock of its own process": "import threading\n\nLOCK = threading.Lock()\n\n\n" + HEAD + '''    with LOCK:
+        row = ledger.execute("SELECT generation FROM fence WHERE work_id = ?", (work_id,)).fetchone()
+        if row is not None and row[0] > generation:
+            return False
+        ledger.execute("INSERT OR REPLACE INTO fence VALUES (?, ?)", (work_id, generation))
+        return True
+''',
 }
 
 
@@ -224,6 +232,7 @@ WHY = {  # the check that catches each mistake, by the words of its message
     "check then record, replacing": "its check and its record were separate steps",
     "check then record, keeping the maximum": "its check and its record were separate steps",
     "plain BEGIN": "not end in an error",
+    "a lock of its own process": "its check and its record were separate steps",
 }
 
 
