@@ -152,3 +152,31 @@ def test_the_explorer_runs_my_functions_and_explains_a_stub_in_its_grid(tmp_path
     assert "not implemented yet: write `claim`" in explorer.evidence.value
     assert "FAIL" in explorer.cells[("observed-2", "SIGKILL")].value
     assert_nothing_left(tmp_path, recorded_pids([trial]))
+
+
+def test_a_fenced_supplier_refuses_the_thawed_holders_late_order_where_an_unfenced_one_answers_it(tmp_path, monkeypatch):
+    # SIGSTOP at `sending`: the old holder was admitted by the shop, froze before its request left and
+    # sends it after the replacement's. Unfenced, the supplier answers it (with the first order's receipt,
+    # same operation id); fenced, by the course's rule or by a rule of this process through the relay,
+    # it refuses it. Either way one order, and every invariant holds: the shop's fence refuses the receipt.
+    from course.checkpoint.explorer import COURSE_RULE, MY_RULE, REFERENCE, UNFENCED, Explorer
+    from reference_organizations.store.supplier.fence import admit_generation
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    sending = [TrialSpec("sending", "SIGSTOP")]
+    seen = {}
+    for name, fence in (("unfenced", None), ("course", "reference"), ("relay", admit_generation)):
+        (trial,) = run_matrix(sending, "reference", output_dir=tmp_path / name, supplier_fence=fence)
+        assert trial.passed and trial.supplier_orders == 1, (name, trial.failures, trial.facts())
+        seen[name] = (trial.supplier_stale_admitted, trial.supplier_stale_refused)
+        assert_nothing_left(tmp_path, recorded_pids([trial]))
+    assert seen == {"unfenced": (1, 0), "course": (0, 1), "relay": (0, 1)}, seen
+
+    explorer = Explorer(tmp_path, lease_seconds=2.0)  # the explorer's switch chooses the same
+    explorer.whose.value = REFERENCE
+    assert explorer.fence.value == UNFENCED and explorer.supplier_fence() is None
+    explorer.fence.value = COURSE_RULE
+    assert explorer.supplier_fence() == "reference"
+    explorer.fence.value = MY_RULE
+    monkeypatch.delattr("__main__.admit_generation", raising=False)
+    assert explorer.run_trial() is None and "write and run admit_generation" in explorer.status.value

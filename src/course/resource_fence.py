@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -30,10 +29,6 @@ from reference_organizations.children import spawn, stop, wait_for_file
 from sovereign_agent.records import lease_expiry, orders_of
 
 LEASE_SECONDS = 2.0
-STALE_SQL = (  # a token lower than one the supplier had already admitted for the same work item
-    "SELECT t.generation, t.admitted FROM tokens t WHERE EXISTS (SELECT 1 FROM tokens n WHERE "
-    "n.work_id = t.work_id AND n.seq < t.seq AND n.admitted = 1 AND n.generation > t.generation) ORDER BY t.seq"
-)
 
 
 @dataclass
@@ -195,12 +190,9 @@ def _wait_for_expiry(db: Any, work_id: str, within: float = 30.0) -> None:
 
 
 def _count(trial: WindowTrial, supplier: Any) -> None:
-    import sqlite3
-
-    with closing(sqlite3.connect(supplier.ledger, timeout=10)) as ledger:
-        stale = ledger.execute(STALE_SQL).fetchall()
+    stale = supplier.stale_tokens()
     trial.stale_requests = len(stale)
-    trial.stale_admitted = sum(1 for _, admitted in stale if admitted)
+    trial.stale_admitted = sum(1 for token in stale if token["admitted"])
     trial.supplier_orders = len(supplier.orders())
     trial.posts = len(supplier.requests("POST"))
 

@@ -168,8 +168,11 @@ def execute(
     elif order["status"] != "APPROVED":
         raise OrderRefused(f"order is {order['status']}: nothing may be sent")
     _admit(db, work, order_id, supplier, policy, now, fence)
+    # A supplier that takes a fencing token gets this holding's (work id, generation): a fenced one
+    # refuses an order from a holder older than one it has already served.
+    sender = supplier.fenced(work.id, work.generation) if callable(getattr(supplier, "fenced", None)) else supplier
     try:
-        receipt = supplier.order(order_id, json.loads(order["proposal"]))
+        receipt = sender.order(order_id, json.loads(order["proposal"]))
     except OutcomeUnknown:
         # Fenced like every write: a holder replaced while it waited leaves the order SENDING, which
         # recovery treats as UNKNOWN (looked up before anything is resent). Only SENDING is downgraded.

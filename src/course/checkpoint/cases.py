@@ -85,6 +85,7 @@ class Setting:
     private: Path | None = None
     verify: bool = False
     claim_class: type | None = None  # the learner's Claim, to rebuild the old holder's claim (verify)
+    supplier_fence: Any = None  # start_supplier's `fence`: None, "reference", or a rule of this process
 
 
 @dataclass
@@ -194,7 +195,9 @@ def _start_processes(
         if switches is None and prepared.name == ACCEPTED_THEN_CRASH:
             switches = {"hold_seconds": HOLD_SECONDS, "committed_file": prepared.folder / "committed.json"}
         socket = {"socket": prepared.folder / "supplier.sock"} if setting.spawn is not None else {}
-        prepared.supplier = prepared.stack.enter_context(start_supplier(prepared.ledger, **(switches or {}), **socket))
+        fence = {"fence": setting.supplier_fence} if setting.supplier_fence is not None else {}
+        prepared.supplier = prepared.stack.enter_context(start_supplier(prepared.ledger, **(switches or {}), **socket,
+                                                                        **fence))
         evidence.supplier_pid = prepared.supplier.pid
         evidence.mark("supplier", "listening", time.time())
     except Exception as error:
@@ -553,6 +556,7 @@ def _count(evidence: CaseEvidence, database: Path, ledger: Path) -> None:
         supplier = count_supplier(ledger)
         evidence.supplier_orders, evidence.supplier_operations = supplier["orders"], supplier["operations"]
         evidence.supplier_posts, evidence.supplier_gets = supplier["posts"], supplier["gets"]
+        evidence.supplier_stale_admitted, evidence.supplier_stale_refused = supplier["stale_admitted"], supplier["stale_refused"]
         evidence.supplier_requests = supplier["requests"]
         for request in supplier["requests"]:
             if request["operation"] is not None:

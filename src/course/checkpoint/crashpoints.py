@@ -121,6 +121,10 @@ class HookedSupplier:
         self.hook.at("sending")
         return self.client.order(operation, proposal)
 
+    def fenced(self, work_id: str, generation: int) -> HookedSupplier:
+        """The same, sending the holder's fencing token (the runtime's `execute` asks for it)."""
+        return HookedSupplier(self.client.fenced(work_id, generation), self.hook)
+
 
 def policy_for(db: Any) -> Any:
     """Lucy may approve up to the shop's spending ceiling."""

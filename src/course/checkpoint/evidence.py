@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reference_organizations.store.supplier.process import ledger_tokens, stale_tokens
 from sovereign_agent.assistant_work import Claim
 
 
@@ -62,6 +63,10 @@ class CaseEvidence:
     supplier_orders: int | None = None
     supplier_operations: list[str] = field(default_factory=list)
     supplier_posts: int | None = None
+    # Orders whose fencing token was older than one the supplier had already admitted: admitted anyway
+    # (an unfenced supplier), refused (a fenced one).
+    supplier_stale_admitted: int | None = None
+    supplier_stale_refused: int | None = None
     supplier_gets: int | None = None
 
     # the replacement
@@ -108,6 +113,9 @@ class CaseEvidence:
             facts.append(f"generation {self.generation} {self.work_status}")
         if self.supplier_orders is not None:
             facts.append(f"supplier orders {self.supplier_orders}, POST {self.supplier_posts}, GET {self.supplier_gets}")
+        if self.supplier_stale_admitted or self.supplier_stale_refused:
+            facts.append(f"stale orders at the supplier: {self.supplier_stale_admitted} admitted, "
+                         f"{self.supplier_stale_refused} refused by its fence")
         if self.model_calls is not None:
             facts.append(f"model calls {self.model_calls}")
         if self.stale_attempts:
@@ -143,7 +151,10 @@ def count_supplier(ledger: Path) -> dict[str, Any]:
             for row in db.execute("SELECT seq, method, operation, status, at FROM requests ORDER BY seq")
         ]
     on_orders = [r for r in requests if r["operation"] is not None]  # not /health or malformed paths
+    stale = stale_tokens(ledger_tokens(ledger))
     return {
+        "stale_admitted": sum(1 for token in stale if token["admitted"]),
+        "stale_refused": sum(1 for token in stale if not token["admitted"]),
         "orders": len(operations),
         "operations": operations,
         "posts": sum(r["method"] == "POST" for r in on_orders),

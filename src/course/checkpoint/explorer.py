@@ -24,6 +24,7 @@ from course.checkpoint.timeline import draw_timeline
 from course.checkpoint.trial import NEMESES, TrialSpec
 
 MINE, REFERENCE = "my functions", "reference"
+UNFENCED, COURSE_RULE, MY_RULE = "unfenced", "the course's rule", "my admit_generation"
 PASS_STYLE = "background:#d9ead3;color:#274e13"
 FAIL_STYLE = "background:#f4cccc;color:#990000"
 
@@ -51,6 +52,8 @@ class Explorer:
                                              style={"description_width": "90px"})
         self.whose = widgets.ToggleButtons(options=[MINE, REFERENCE], description="functions",
                                            style={"description_width": "90px"})
+        self.fence = widgets.ToggleButtons(options=[UNFENCED, COURSE_RULE, MY_RULE], description="supplier",
+                                           style={"description_width": "90px"})
         self.run_one = widgets.Button(description="Run", button_style="primary", icon="play")
         self.run_all = widgets.Button(description="Run all points", icon="th")
         self.status = widgets.HTML("Choose a crash point and a nemesis, then press Run.")
@@ -68,7 +71,7 @@ class Explorer:
         self.run_one.on_click(lambda _: self.run_trial())
         self.run_all.on_click(lambda _: self.run_everything())
         self.widget = widgets.VBox([
-            widgets.VBox([self.point, self.nemesis, self.whose]),
+            widgets.VBox([self.point, self.nemesis, self.whose, self.fence]),
             widgets.HBox([self.run_one, self.run_all]),
             self.status,
             widgets.HBox([self.picture, self.evidence], layout=widgets.Layout(align_items="flex-start")),
@@ -78,12 +81,31 @@ class Explorer:
     def implementation(self) -> str:
         return "reference" if self.whose.value == REFERENCE else str(self.folder)
 
+    def supplier_fence(self) -> Any:
+        """What fences the trials' supplier: nothing, the course's rule, or the learner's own
+        `admit_generation` from this kernel (a LookupError until it is written and run)."""
+        if self.fence.value == UNFENCED:
+            return None
+        if self.fence.value == COURSE_RULE:
+            return "reference"
+        import __main__
+
+        from course.checks import is_stub
+
+        rule = getattr(__main__, "admit_generation", None)
+        if rule is None or is_stub(rule):
+            raise LookupError("write and run admit_generation (above) first, or choose the course's rule")
+        return rule
+
     def run_trial(self) -> Any:
         """One real trial at the chosen point and nemesis; draw it and list its evidence."""
         spec = TrialSpec(self.point.value, self.nemesis.value)
+        fence = self._fence_or_say_why()
+        if fence is False:
+            return None
         self._busy(f"Running one trial: {spec.point} with {spec.nemesis} ({self.whose.value}) ...")
         try:
-            (trial,) = run_matrix([spec], self.implementation(), lease_seconds=self.lease)
+            (trial,) = run_matrix([spec], self.implementation(), lease_seconds=self.lease, supplier_fence=fence)
             with tempfile.TemporaryDirectory(prefix="ch12-explore-") as scratch:
                 png = draw_timeline([trial], Path(scratch) / "timeline.png", show=False)
                 self.picture.value = png.read_bytes()
@@ -98,16 +120,27 @@ class Explorer:
 
     def run_everything(self) -> Any:
         """Every point x nemesis, side by side; each grid cell fills in as its trial ends."""
+        fence = self._fence_or_say_why()
+        if fence is False:
+            return None
         for cell in self.cells.values():
             cell.value = "<span title='running'>&hellip;</span>"
         self._busy(f"Running all {len(self.cells)} trials ({self.whose.value}) ...")
         try:
             result = run_matrix(matrix_specs(), self.implementation(), lease_seconds=self.lease,
-                                on_result=self._show)
+                                on_result=self._show, supplier_fence=fence)
             self.status.value = html.escape(figures(result))
             return result
         finally:
             self._idle()
+
+    def _fence_or_say_why(self) -> Any:
+        """The supplier's fence for the next run, or False (and the status says why not)."""
+        try:
+            return self.supplier_fence()
+        except LookupError as missing:
+            self.status.value = html.escape(str(missing))
+            return False
 
     def _show(self, trial: Any) -> None:
         cell = self.cells.get((trial.point, trial.nemesis))

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 from course.checkpoint.cases import Setting
 from course.checkpoint.crashpoints import POINTS, instrument
@@ -59,6 +60,17 @@ def soak_specs(count: int, seed: int) -> list[TrialSpec]:
             for index in range(count)]
 
 
+def _not_loaded(spec: TrialSpec, label: str, lease_seconds: float, seed: int | None, error: Exception,
+                on_result: Callable[[TrialEvidence], None] | None) -> TrialEvidence:
+    """A trial that could not run: the learner's notebooks did not load (told once, in its words)."""
+    trial = TrialEvidence(spec.name, spec.point, label, float(lease_seconds), point=spec.point,
+                          nemesis=spec.nemesis, index=spec.index, seed=seed,
+                          failures=[f"the learner's notebooks could not be loaded: {error}"])
+    if on_result is not None:
+        on_result(trial)
+    return trial
+
+
 def run_matrix(
     specs: list[TrialSpec],
     implementation: str | Path = "reference",
@@ -68,8 +80,10 @@ def run_matrix(
     seed: int | None = None,
     output_dir: str | Path | None = None,
     on_result: Callable[[TrialEvidence], None] | None = None,
+    supplier_fence: Any = None,
 ) -> MatrixResult:
-    """Run the trials, `parallel` at a time; `on_result` is called (in this thread) as each ends."""
+    """Run the trials, `parallel` at a time; `on_result` is called (in this thread) as each ends.
+    `supplier_fence` fences each trial's supplier (start_supplier's `fence`: "reference", or a rule)."""
     if not (isinstance(lease_seconds, (int, float)) and math.isfinite(lease_seconds) and 1.0 <= lease_seconds <= 60):
         raise ValueError("lease_seconds must be a number of seconds from 1 to 60")
     started = time.monotonic()
@@ -80,12 +94,7 @@ def run_matrix(
         loaded = load_implementation(implementation)
     except LearnerCodeError as error:
         for spec in specs:
-            trial = TrialEvidence(spec.name, spec.point, label, float(lease_seconds), point=spec.point,
-                                  nemesis=spec.nemesis, index=spec.index, seed=seed,
-                                  failures=[f"the learner's notebooks could not be loaded: {error}"])
-            result.append(trial)
-            if on_result is not None:
-                on_result(trial)
+            result.append(_not_loaded(spec, label, lease_seconds, seed, error, on_result))
         result.wall_seconds = time.monotonic() - started
         return result
     temporary = None
@@ -95,7 +104,8 @@ def run_matrix(
     else:
         temporary = tempfile.TemporaryDirectory(prefix="ch12-matrix-")
         folder = Path(temporary.name)
-    setting = Setting(instrument(loaded.ownership), label, label, float(lease_seconds), folder)
+    setting = Setting(instrument(loaded.ownership), label, label, float(lease_seconds), folder,
+                      supplier_fence=supplier_fence)
     done: dict[int, TrialEvidence] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="ch12-trial")
     try:

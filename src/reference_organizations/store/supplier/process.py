@@ -55,9 +55,10 @@ class SupplierProcess:
 
     def tokens(self) -> list[dict[str, Any]]:
         """Every order that carried a fencing token, oldest first, and whether it was admitted."""
-        sql = "SELECT seq, operation, work_id, generation, admitted, at FROM tokens ORDER BY seq"
-        return [dict(zip(("seq", "operation", "work_id", "generation", "admitted", "at"), row))
-                for row in self._query(sql)]
+        return ledger_tokens(self.ledger)
+
+    def stale_tokens(self) -> list[dict[str, Any]]:
+        return stale_tokens(self.tokens())
 
     def stop(self) -> int:
         try:
@@ -75,6 +76,24 @@ class SupplierProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def ledger_tokens(ledger: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every order that carried a fencing token, oldest first, and whether it was admitted (none in a
+    ledger older than the fence)."""
+    with closing(sqlite3.connect(ledger, timeout=BUSY_TIMEOUT_SECONDS)) as db:
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name='tokens'").fetchone() is None:
+            return []
+        rows = db.execute("SELECT seq, operation, work_id, generation, admitted, at FROM tokens ORDER BY seq").fetchall()
+    return [dict(zip(("seq", "operation", "work_id", "generation", "admitted", "at"), row)) for row in rows]
+
+
+def stale_tokens(tokens: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tokens lower than one the supplier had already admitted for the same work item (a holder
+    replaced before its order arrived); each says whether the supplier admitted it anyway."""
+    return [token for token in tokens if any(
+        earlier["seq"] < token["seq"] and earlier["admitted"] and earlier["work_id"] == token["work_id"]
+        and earlier["generation"] > token["generation"] for earlier in tokens)]
 
 
 def start_supplier(
