@@ -250,3 +250,19 @@ def test_the_stub_loses_the_points_and_says_what_to_write():
 
     verdict = _verdict(blank_answers(NOTEBOOK)["admit_generation"])
     assert not verdict["passed"] and "admit_generation" in verdict["message"], verdict
+
+
+# Hostile: admits every order, and rewrites the ledger it was handed so that the tokens read as a
+# fence's would (lower generations refused) and the orders of old holders are gone.
+FORGER = HEAD + '''    ledger.execute("UPDATE tokens SET admitted = 0 WHERE generation < (SELECT max(generation) FROM tokens AS t "
+                   "WHERE t.work_id = tokens.work_id)")
+    ledger.execute("INSERT OR REPLACE INTO fence VALUES (?, max(?, coalesce((SELECT generation FROM fence "
+                   "WHERE work_id = ?), 0)))", (work_id, generation, work_id))
+    return True
+'''
+
+
+@pytest.mark.slow
+def test_a_rule_that_forges_the_ledger_it_is_handed_earns_nothing():
+    verdict = _verdict(FORGER)
+    assert not verdict["passed"], "a rule that admits everything and rewrites the ledger kept its points"
