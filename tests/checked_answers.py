@@ -81,3 +81,50 @@ def blank_answers(name: str) -> dict[str, str]:
     release = json.loads((RELEASE / name).read_text())
     return {_grade_id(c): checks.cell_text(c["source"]) for c in release["cells"]
             if c["cell_type"] == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+
+
+def score(name: str, answer_cell: str, source: str, test_cell: str) -> dict:
+    """The verdict of one graded test cell of `name` with one answer cell replaced (its message on one line)."""
+    verdict = verdicts(name, {answer_cell: source}, only={test_cell})[test_cell]
+    return dict(verdict, message=" ".join(str(verdict.get("message", "")).split()))
+
+
+def course_namespace(name: str, *grade_ids: str) -> dict:
+    """The solution's setup cells of `name`, as the judge and the learner process run them, then the
+    named cells of the solution (answers written as the model solution writes them)."""
+    cells = json.loads((SOLUTIONS / name).read_text())["cells"]
+    namespace: dict = {"__name__": "course_cells"}
+    for cell in cells:
+        if "setup" in cell["metadata"].get("tags", []):
+            exec(compile("".join(cell["source"]), "<setup>", "exec"), namespace)
+    for cell in cells:
+        if _grade_id(cell) in grade_ids:
+            exec(compile("".join(cell["source"]), "<solution>", "exec"), namespace)
+    return namespace
+
+
+def predictions(name: str) -> list[str]:
+    """The names of `name`'s prediction cells, in order, once each is checked to be a literal that
+    earns nothing and that the experiment right after it prints beside what happened."""
+    import ast
+
+    code = [c for c in json.loads((SOLUTIONS / name).read_text())["cells"] if c["cell_type"] == "code"]
+    names = []
+    for cell in (c for c in code if "prediction" in c["metadata"].get("tags", [])):
+        (statement,) = ast.parse("".join(cell["source"])).body
+        ast.literal_eval(statement.value)  # a literal, nothing computed
+        assert not cell["metadata"].get("nbgrader", {}).get("grade")
+        after = code[code.index(cell) + 1]
+        assert "observation" in after["metadata"].get("tags", []), "the experiment follows its prediction"
+        names.append(statement.targets[0].id)
+        assert names[-1] in "".join(after["source"]) and "you predicted" in "".join(after["source"]), names[-1]
+    return names
+
+
+def home(grade_ids) -> str:
+    """The solution notebook that holds these cells (each grade id is unique to one notebook here)."""
+    wanted = {grade_ids} if isinstance(grade_ids, str) else set(grade_ids)
+    found = {path.name for path in SOLUTIONS.glob("*.ipynb")
+             for cell in json.loads(path.read_text())["cells"] if _grade_id(cell) in wanted}
+    assert len(found) == 1, (sorted(wanted), found)
+    return found.pop()

@@ -37,9 +37,9 @@ def cells_by_id(path: Path) -> dict[str, nbformat.NotebookNode]:
     return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in cells if "nbgrader" in cell.metadata}
 
 
-def test_the_course_has_its_five_notebooks():
+def test_the_course_has_its_six_notebooks():
     assert NAMES == ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "04_checkpoint.ipynb",
-                     "05_explore.ipynb"]
+                     "05_explore.ipynb", "06_review.ipynb"]
     assert sorted(path.name for path in RELEASE.glob("*.ipynb")) == NAMES
 
 

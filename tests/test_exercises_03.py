@@ -6,9 +6,8 @@ had) that lose points in the cell that names the mistake. Verdicts come from the
 the hidden tests (tests/checked_answers.py). Exercise 2 is built by the learner: a worker pass held at
 a named point (course.holds), cancelled while held, released, then recovered; it is judged from the
 records it leaves (the shop's rows and events, the supplier's ledger). The course's own experiments
-that the exercises rely on are checked directly: the hold is forced without sleeping, and the forced
-approvals really overlap. 03 grades no function the chapter lists, so it has no `beyond-chapter` cell
-(the chapter's listing 7, its NoNewReasoning probe, runs against 03's own). Issue 24: each stale write
+that the exercises rely on are checked directly: the hold is forced without sleeping. 03 grades no
+function the chapter lists, so it has no `beyond-chapter` cell (the chapter's listing 7, its NoNewReasoning probe, runs against 03's own). Issue 24: each stale write
 and crash is predicted first (a literal, no points) and the prediction printed beside what happened;
 the crash timeline has real seconds on its x-axis.
 """
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import checked_answers
 from checked_answers import verdicts
 
 pytestmark = pytest.mark.slow
@@ -30,9 +30,7 @@ SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "ch12" / NOTEBOOK
 
 
 def score(answer_cell: str, source: str, test_cell: str) -> dict:
-    """The verdict of one graded test cell with one answer cell replaced (its message on one line)."""
-    verdict = verdicts(NOTEBOOK, {answer_cell: source}, only={test_cell})[test_cell]
-    return dict(verdict, message=" ".join(str(verdict.get("message", "")).split()))
+    return checked_answers.score(NOTEBOOK, answer_cell, source, test_cell)
 
 
 # --- exercise 2, part A: predict the delayed completion -----------------------------------------
@@ -71,17 +69,7 @@ def test_a_wrong_prediction_loses_the_points(field, wrong):
 
 
 def _course_namespace(*grade_ids: str) -> dict:
-    """The solution's setup cells, as the judge and the learner process run them, then the
-    named cells of the solution (answers written as the model solution writes them)."""
-    cells = json.loads(SOLUTION.read_text())["cells"]
-    namespace: dict = {"__name__": "course_cells"}
-    for cell in cells:
-        if "setup" in cell["metadata"].get("tags", []):
-            exec(compile("".join(cell["source"]), "<setup>", "exec"), namespace)
-    for cell in cells:
-        if cell["metadata"].get("nbgrader", {}).get("grade_id") in grade_ids:
-            exec(compile("".join(cell["source"]), "<solution>", "exec"), namespace)
-    return namespace
+    return checked_answers.course_namespace(NOTEBOOK, *grade_ids)
 
 
 # --- exercise 2, part B: what recovery may do ----------------------------------------------------
@@ -130,116 +118,6 @@ def test_a_decision_written_differently_keeps_its_points():
 def test_a_wrong_decision_loses_the_points(source, said):
     verdict = score("recovery_action", source, "test_recovery_action")
     assert not verdict["passed"] and said in verdict["message"], verdict
-
-
-# --- exercise 4: two sessions, one account ------------------------------------------------------
-
-RACE_ANOTHER_WAY = '''
-def race_two_sessions(db, policy, admit):
-    """Strawberry races first this time, other labels and amounts, and the turns end BLOCKED."""
-    plans = [("van", "SKU-STRAWBERRY", 4), ("counter", "SKU-VANILLA", 7)]  # 1100 and 1750: each fits, not both
-    held, orders = [], []
-    for session, sku, quantity in plans:
-        work_id = enqueue(db, f"call:{session}:{sku}", session, f"Please restock {sku}", subject=sku)
-        held.append(claim(db, f"{session}-assistant", identifier=work_id, ttl=45))
-    for work, (_, sku, quantity) in zip(held, plans):
-        orders.append(propose(db, work, sku, quantity, target=SUPPLIER_IDENTITY))
-    digests = {o: d for o, d in db.connection.execute("SELECT id, digest FROM assistant_orders")}
-    first, second = (lambda own, o=o: admit(own, o, digests[o], actor="lucy", policy=policy,
-                                             expires=time.time() + 120) for o in orders)
-    raced = forced_approvals(db.path, first, second)
-    refused = {}
-    for order_id, outcome in zip(orders, (raced["first"], raced["second"])):
-        if isinstance(outcome, Exception):
-            refused[order_id] = repr(outcome)
-    for work, order_id in zip(held, orders):
-        finish(db, work, "BLOCKED", "waiting for room on the account" if order_id in refused else "approved")
-    return {"claims": held, "approved": [o for o in orders if o not in refused], "refused": refused}
-'''
-SEQUENTIAL = RACE_ANOTHER_WAY.replace(
-    "raced = forced_approvals(db.path, first, second)",
-    "raced = {}\n    for key, approval in ((\"first\", first), (\"second\", second)):\n"
-    "        try:\n            raced[key] = approval(db)\n        except Exception as error:\n"
-    "            raced[key] = error")
-NEVER_FINISHED = RACE_ANOTHER_WAY.replace(
-    'finish(db, work, "BLOCKED", "waiting for room on the account" if order_id in refused else "approved")', "pass")
-ALWAYS_REFUSES_ONE = RACE_ANOTHER_WAY.replace(
-    "raced = forced_approvals(db.path, first, second)",
-    "raced = {\"first\": forced_approvals(db.path, first, lambda own: None)[\"first\"],\n"
-    "             \"second\": ValueError(\"no room\")}")
-
-
-def test_a_race_written_differently_keeps_its_points():
-    verdict = score("exercise_sessions_vs_spending", RACE_ANOTHER_WAY, "test_exercise_sessions_vs_spending")
-    assert verdict["passed"], verdict
-
-
-@pytest.mark.parametrize("source, said", [
-    (SEQUENTIAL, "one after the other"),      # the old solution's weakness: no real race
-    (NEVER_FINISHED, "never finished"),       # ... and turns left holding their work
-    (ALWAYS_REFUSES_ONE, "admit"),            # a refusal decided without asking the account
-])
-def test_a_race_that_does_not_race_finish_or_ask_loses_the_points(source, said):
-    assert source != RACE_ANOTHER_WAY
-    verdict = score("exercise_sessions_vs_spending", source, "test_exercise_sessions_vs_spending")
-    assert not verdict["passed"] and said in verdict["message"], verdict
-
-
-def test_forced_approvals_really_overlap_and_only_the_account_transaction_holds():
-    course = _course_namespace("session_lock_approval", "exercise_sessions_vs_spending")
-    outcomes = {}
-    for name in ("approve_check_then_reserve", "approve"):
-        db = course["fresh_shop"]()
-        evidence = course["race_two_sessions"](db, course["POLICY"], course[name])
-        outcomes[name] = (len(evidence["approved"]), list(evidence["refused"].values()), course["money"](db))
-    naive, sound = outcomes["approve_check_then_reserve"], outcomes["approve"]
-    assert naive[0] == 1 and "CHECK constraint failed" in naive[1][0], naive  # both decided "fits"
-    assert sound[0] == 1 and sound[1][0].startswith("OrderRefused") and sound[2][0] == 1500, sound
-
-
-# --- section 6: four questions -------------------------------------------------------------------
-
-
-def test_the_four_answers_key_keeps_full_marks():
-    right = '''four_answers = dict(health="A", progress="C", cancellation="E", external="G")'''
-    assert score("four_answers", right, "test_four_answers")["passed"]
-
-
-@pytest.mark.parametrize("question, wrong", [
-    ("health", "B"),     # a restarted process taken for a safe replacement
-    ("progress", "D"),   # a live holder, and a running process, taken for progress
-    ("external", "H"),   # DONE work taken for a settled order
-])
-def test_a_single_green_light_loses_the_points(question, wrong):
-    answers = dict(health="A", progress="C", cancellation="E", external="G") | {question: wrong}
-    verdict = score("four_answers", f"four_answers = {answers!r}", "test_four_answers")
-    said = verdict["message"]  # hidden: which answer is wrong, never the key
-    assert not verdict["passed"] and f"your letter for {question} is not the one" in said, verdict
-    assert "(A)" not in said and "(C)" not in said
-
-
-def test_the_four_questions_situation_stages_each_disagreement():
-    """Section 6 as the text tells it: a killed process whose lease still holds chocolate, a live
-    process that wrote nothing, DONE work with an UNKNOWN order; a restarted worker cannot claim."""
-    from conftest import assert_nothing_left
-
-    course = _course_namespace("four_questions_situation")
-    db = course["fresh_shop"]()
-    with course["start_supplier"](db.path.parent / "supplier.sqlite", drop_first_response=True) as supplier:
-        exit_status = course["four_questions_situation"](db, supplier)
-        report = course["status_report"](db, supplier=supplier.client())
-    assert exit_status == -9
-    processes = {p["owner"]: p for p in report["health"]["processes"]}
-    assert processes["chocolate-worker"]["running"] is False and processes["chocolate-worker"]["lease_seconds_left"] > 20
-    assert processes["counter-worker"]["running"] is True
-    assert any("chocolate-worker" in item and "is not running, yet its lease runs" in item
-               for item in report["health"]["attention"])  # where the closing summary says a killed worker shows
-    assert [h["transcript_rows"] for h in report["progress"]["live_holders"]] == [0, 0]
-    assert report["progress"]["attention"] == []  # nothing expired: the report's progress alarm stays quiet
-    assert [u["work_status"] for u in report["external"]["uncertain"]] == ["DONE"]
-    chocolate = db.connection.execute("SELECT id FROM assistant_work WHERE subject='SKU-CHOCOLATE'").fetchone()[0]
-    assert course["claim"](db, "chocolate-worker", identifier=chocolate) is None
-    assert_nothing_left(db.path.parent)
 
 
 def test_the_stale_holder_of_section_2_differs_from_its_replacement_only_by_generation():
@@ -497,70 +375,6 @@ def test_recovery_action_as_a_list_of_blockers_keeps_its_points():
     assert score("recovery_action", DECISION_AS_RULES, "test_recovery_action")["passed"]
 
 
-RACE_WITH_PARTIALS = '''
-import functools
-
-
-def race_two_sessions(db, policy, admit):
-    plans = {"counter": ("SKU-VANILLA", 6), "van": ("SKU-STRAWBERRY", 5)}  # 1500 and 1375: not both in 2500
-    held = {s: claim(db, f"{s}-worker", identifier=enqueue(db, f"phone:{s}", f"lucy-{s}", f"Restock {sku}", subject=sku))
-            for s, (sku, _) in plans.items()}
-    orders = {s: propose(db, held[s], sku, n, target=SUPPLIER_IDENTITY) for s, (sku, n) in plans.items()}
-
-    def approval(order_id, own):
-        digest = own.connection.execute("SELECT digest FROM assistant_orders WHERE id=?", (order_id,)).fetchone()[0]
-        return admit(own, order_id, digest, actor="lucy", policy=policy, expires=time.time() + 300)
-
-    raced = forced_approvals(db.path, functools.partial(approval, orders["counter"]),
-                             functools.partial(approval, orders["van"]))
-    outcome = {orders["counter"]: raced["first"], orders["van"]: raced["second"]}
-    refused = {o: str(r) for o, r in outcome.items() if isinstance(r, BaseException)}
-    for s in plans:
-        finish(db, held[s], "DONE", "refused: " + refused[orders[s]] if orders[s] in refused else "approved")
-    return {"claims": list(held.values()), "approved": [o for o in outcome if o not in refused], "refused": refused}
-'''
-
-
-def test_a_race_with_partials_and_other_amounts_keeps_its_points():
-    assert score("exercise_sessions_vs_spending", RACE_WITH_PARTIALS, "test_exercise_sessions_vs_spending")["passed"]
-
-
-def test_the_four_answers_built_from_a_string_keep_full_marks():
-    built = 'four_answers = dict(zip(["health", "progress", "cancellation", "external"], "ACEG"))'
-    assert score("four_answers", built, "test_four_answers")["passed"]
-
-
-VOCABULARY_KEY = {"claim": "E", "lease": "C", "generation": "H", "fence": "A",
-                  "liveness": "G", "progress": "D", "recovery": "B", "reconciliation": "F"}
-
-
-def vocabulary_verdicts(source: str) -> dict:
-    cells = {"test_vocabulary_format", "test_vocabulary_most", "test_vocabulary_all"}
-    return {cell: v["passed"] for cell, v in verdicts(NOTEBOOK, {"vocabulary": source}, only=cells).items()}
-
-
-@pytest.mark.parametrize("source", [
-    "vocabulary = " + repr(dict(reversed(list(VOCABULARY_KEY.items())))),      # another order
-    "vocabulary = {term: letter for term, letter in zip(['fence', 'recovery', 'lease', 'progress', 'claim', "
-    "'reconciliation', 'liveness', 'generation'], 'ABCDEFGH')}",               # built from the definitions' order
-], ids=["reordered", "comprehension"])
-def test_the_vocabulary_written_differently_keeps_every_point(source):
-    assert vocabulary_verdicts(source) == dict.fromkeys(
-        ("test_vocabulary_format", "test_vocabulary_most", "test_vocabulary_all"), True)
-
-
-@pytest.mark.parametrize("swaps, kept", [
-    ([("liveness", "progress")], {"test_vocabulary_format", "test_vocabulary_most"}),        # 6 of 8
-    ([("liveness", "progress"), ("recovery", "reconciliation")], {"test_vocabulary_format"}),  # 4 of 8
-], ids=["liveness for progress", "and recovery for reconciliation"])
-def test_a_vocabulary_that_confuses_the_pairs_loses_points(swaps, kept):
-    answer = dict(VOCABULARY_KEY)
-    for a, b in swaps:
-        answer[a], answer[b] = answer[b], answer[a]
-    found = vocabulary_verdicts(f"vocabulary = {answer!r}")
-    assert {cell for cell, passed in found.items() if passed} == kept, found
-
-
 # --- the chapter's listings and 03 ---------------------------------------------------------------
 
 LISTINGS = Path(__file__).resolve().parents[2] / "shared" / "seed" / "ch12-listings.json"
@@ -594,24 +408,11 @@ def test_the_chapters_own_listings_earn_every_point_not_tagged_beyond_chapter():
 
 
 def test_each_prediction_is_a_literal_that_earns_nothing_and_is_printed_beside_what_happened():
-    import ast
     import contextlib
     import io
 
-    cells = json.loads(SOLUTION.read_text())["cells"]
-    code = [c for c in cells if c["cell_type"] == "code"]
-    predictions = [c for c in code if "prediction" in c["metadata"].get("tags", [])]
-    names = []
-    for cell in predictions:
-        (statement,) = ast.parse("".join(cell["source"])).body
-        ast.literal_eval(statement.value)  # a literal, nothing computed
-        assert not cell["metadata"].get("nbgrader", {}).get("grade")
-        after = code[code.index(cell) + 1]
-        assert "observation" in after["metadata"].get("tags", []), "the experiment follows its prediction"
-        name = statement.targets[0].id
-        assert name in "".join(after["source"]) and "you predicted" in "".join(after["source"]), name
-        names.append(name)
-    assert names == ["predicted_stale", "predicted_crash", "predicted_restart", "predicted_money"]
+    assert checked_answers.predictions(NOTEBOOK) == ["predicted_stale", "predicted_crash", "predicted_money"]
+    code = [c for c in json.loads(SOLUTION.read_text())["cells"] if c["cell_type"] == "code"]
     course = _course_namespace()
     course["predicted_stale"] = {"observe": "refused", "finish": "accepted", "execute": "refused"}
     stale = next(c for c in code if c["metadata"].get("nbgrader", {}).get("grade_id") == "observe_live_stale_holder")

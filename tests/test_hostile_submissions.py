@@ -31,6 +31,8 @@ from course.grading.classes.autograde import autograde
 from course.grading.nbgrader import commands
 from course.grading.sandbox.bubblewrap import SandboxUnavailable, ensure_available
 
+from checked_answers import home
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
 RELEASE = ROOT / "notebooks" / "ch12"
@@ -98,7 +100,7 @@ def claim_calling_the_helper() -> str:
                   if c.metadata.get("nbgrader", {}).get("grade_id") == "claim")
     assert SOLVED_UPDATE in source
     return source.replace(SOLVED_UPDATE, "        generation = _take(connection, row, owner, now, ttl)")
-DATA_BUILT_BY_CALLS = {  # 03: data answers built by calls and comprehensions
+DATA_BUILT_BY_CALLS = {  # 03 and 06: data answers built by calls and comprehensions
     "four_answers": 'four_answers = dict(zip(["health", "progress", "cancellation", "external"], "ACEG"))',
     "vocabulary": ('TERMS = "claim lease generation fence liveness progress recovery reconciliation".split()\n'
                    'vocabulary = {term: letter for term, letter in zip(TERMS, "ECHAGDBF")}'),
@@ -374,7 +376,9 @@ def stubs(name: str, *grade_ids: str) -> dict[str, str]:
             if c.metadata.get("nbgrader", {}).get("grade_id") in grade_ids}
 
 
-CLAIMS, RECOVERY = "01_claims.ipynb", "03_recovery.ipynb"
+CLAIMS = "01_claims.ipynb"
+DATA_NOTEBOOKS = ("03_recovery.ipynb", "06_review.ipynb")  # where DATA_BUILT_BY_CALLS's answers are
+
 CLAIM_CELLS = ("claim_dataclass", "claim")
 # Every answer the course has its own of (course.grading.learner.tripwires.ANSWERS), by notebook, and
 # where the course keeps it.
@@ -398,7 +402,8 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
         "racy": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {"claim": RACY_CLAIM})}, None),
         "written_differently": ({CLAIMS: notebook(CLAIMS, SOLUTIONS, {
             **CLAIM_WITH_SLOTS_AND_A_HELPER, "claim": claim_calling_the_helper()}, [
-            CLAIM_HELPER_CELL]), RECOVERY: notebook(RECOVERY, SOLUTIONS, DATA_BUILT_BY_CALLS)}, None),
+            CLAIM_HELPER_CELL]), **{name: notebook(name, SOLUTIONS, {cell: source for cell, source in DATA_BUILT_BY_CALLS.items()
+                                                             if home([cell]) == name}) for name in DATA_NOTEBOOKS}}, None),
         # Every answer the course has its own of wraps it (the checkpoint's five, 05's rule): each
         # notebook earns what it would with those unanswered.
         "everywhere_reference": (every_notebook({
@@ -422,7 +427,7 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
                **{f"odd_{kind}": replace for kind, replace in BOUND_ODDLY.items()},
                "traps": TRAPS, "forger": {"claim": FORGER}, "spy": {"claim": SPY}, "liar": {"claim": LIAR}}
     for student, replace in attacks.items():  # the twin: the same notebook with exactly those answers unanswered
-        base = CLAIMS if set(replace) & set(CLAIM_CELLS) else RECOVERY
+        base = home(replace)
         students[student] = ({base: notebook(base, SOLUTIONS, replace)}, f"{student}_twin")
         students[f"{student}_twin"] = ({base: notebook(base, SOLUTIONS, stubs(base, *replace))}, None)
     return students
@@ -485,11 +490,12 @@ def test_honest_submissions_get_their_exact_scores(graded):
     assert claims("racy") == {**full, "01_claims/test_claim_race": 0}, "a read-then-write claim loses exactly the race"
     written = by_student["written_differently"]
     assert {part: written[part] for part in full} == full, "slots, an import, a helper in another cell: full marks"
-    recovery = {part: points for part, points in written.items() if part.startswith("03_recovery/")}
+    data = [name.removesuffix(".ipynb") for name in DATA_NOTEBOOKS]
+    recovery = {part: points for part, points in written.items() if part.split("/")[0] in data}
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        most = {f"03_recovery/{c.name}": c.max_score for c in gb.find_notebook("03_recovery", "ch12").grade_cells
+        most = {f"{name}/{c.name}": c.max_score for name in data for c in gb.find_notebook(name, "ch12").grade_cells
                 if c.cell_type == "code"}
     assert recovery == most, "data answers built by calls and comprehensions keep their points"
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:

@@ -57,7 +57,7 @@ def isolated_runs(path: Path, replace: dict[str, str] | None = None) -> dict[str
     return found
 
 
-@pytest.mark.parametrize("name", ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb"])
+@pytest.mark.parametrize("name", ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "06_review.ipynb"])
 def test_every_test_on_the_blank_release_says_not_implemented_yet(name):
     hidden_only = {meta(c)["grade_id"] for c in graded_tests(nbformat.read(RELEASE / name, as_version=4))
                    if all(line.strip().startswith("#") or not line.strip() for line in c.source.splitlines())}
@@ -396,18 +396,18 @@ WRONG_ANSWERS = [
      "test_exercise_reuse_owner_label", "fails", "was refused, as it should be"),
     ("03_recovery.ipynb", "order_to_continue", APPROVED_ONLY, ("observe_recovery_from_records",),
      "test_order_to_continue", "fails", "state SENDING"),
-    ("03_recovery.ipynb", "four_answers", None, (), "test_four_answers", "graded", "the key is not shown"),
-    ("03_recovery.ipynb", "four_answers", {**KEY_4, "health": "a"}, (), "test_four_answers", "fails", "capital"),
+    ("06_review.ipynb", "four_answers", None, (), "test_four_answers", "graded", "the key is not shown"),
+    ("06_review.ipynb", "four_answers", {**KEY_4, "health": "a"}, (), "test_four_answers", "fails", "capital"),
     ("03_recovery.ipynb", "delayed_prediction", {**PREDICTED, "status_after": "DONE"}, ("observe_cancel_delayed",),
      "test_delayed_prediction", "graded", "2 of the 6 values"),
     ("03_recovery.ipynb", "delayed_prediction", {**PREDICTED, "completion": "Refused"}, (), "test_delayed_prediction",
      "fails", "exactly"),
     ("03_recovery.ipynb", "recovery_action", ALWAYS_RESEND, ("observe_recovery_action",), "test_recovery_action",
      "fails", "'record receipt'"),
-    ("03_recovery.ipynb", "exercise_sessions_vs_spending", ONE_AFTER_THE_OTHER, ("observe_sessions_vs_spending",),
+    ("06_review.ipynb", "exercise_sessions_vs_spending", ONE_AFTER_THE_OTHER, ("observe_sessions_vs_spending",),
      "test_exercise_sessions_vs_spending", "fails", "one after the other"),
-    ("03_recovery.ipynb", "vocabulary", {**WORDS, "fence": "a"}, (), "test_vocabulary_format", "fails", "capital"),
-    ("03_recovery.ipynb", "vocabulary", {**WORDS, "liveness": "D", "progress": "G"}, (), "test_vocabulary_format",
+    ("06_review.ipynb", "vocabulary", {**WORDS, "fence": "a"}, (), "test_vocabulary_format", "fails", "capital"),
+    ("06_review.ipynb", "vocabulary", {**WORDS, "liveness": "D", "progress": "G"}, (), "test_vocabulary_format",
      "graded", "Hidden"),
 ]
 NAMES = {"exercise_unfenced_observe": "observe_without_fence",
@@ -447,8 +447,8 @@ def test_a_plausible_wrong_answer_is_told_by_its_visible_test(name, answer, wron
 
 
 def test_a_filled_in_answer_that_still_raises_is_told_to_delete_the_line():
-    kept = filled("03_recovery.ipynb", "vocabulary", WORDS, keep_raise=True)
-    seen = run_as_in_lab("03_recovery.ipynb", {"vocabulary": kept}, ("test_vocabulary_format",))
+    kept = filled("06_review.ipynb", "vocabulary", WORDS, keep_raise=True)
+    seen = run_as_in_lab("06_review.ipynb", {"vocabulary": kept}, ("test_vocabulary_format",))
     (error,) = seen["test_vocabulary_format"]["errors"]
     said = " ".join(error.split())
     assert said.startswith(

@@ -544,12 +544,12 @@ def order_in_state(state: str) -> tuple[Database, Any, str]:
     return db, held, order_id
 
 
-# --- 03_recovery: exercise 4's race and the status section's killed holder ----------------------
+# --- 06_review: exercise 4's race and section 1's killed holder ----------------------------------
 
 
 def forced_approvals(location: str | Path, first: Callable[[Database], Any], second: Callable[[Database], Any],
                      *, pause: float = 0.5) -> dict[str, Any]:
-    """Exercise 4 (03_recovery): two approvals, each on its own connection to `location`.
+    """Exercise 4 (06_review): two approvals, each on its own connection to `location`.
 
     `second` is released exactly between `first`'s read of assistant_work and its next write, as
     `forced_race` does for claims, and `first` waits for it at most `pause` seconds. Returns
@@ -577,8 +577,10 @@ import sys, time
 from pathlib import Path
 from sovereign_agent.assistant_work import claim
 from sovereign_agent.database import Database
+from sovereign_agent.processes import record_process
 db = Database(sys.argv[1])
 held = claim(db, sys.argv[3], identifier=sys.argv[2], ttl=float(sys.argv[4]))
+record_process(db, held.owner)  # as every worker pass does after its claim
 Path(sys.argv[5]).write_text(str(held.generation))
 time.sleep(60)
 """
@@ -586,7 +588,8 @@ time.sleep(60)
 
 def killed_holder(db: Database, work_id: str, *, owner: str = "killed-worker", ttl: float = 1.0,
                   limit: float = 20.0) -> int:
-    """A real child process claims `work_id` with a `ttl`-second lease and is SIGKILLed once it holds it.
+    """A real child process claims `work_id` with a `ttl`-second lease, records its process (host,
+    boot, pid, start time, as a worker pass does) and is SIGKILLed once it holds it.
 
     Returns the child's exit status (-9). Every wait is bounded by `limit` seconds; the child
     never outlives this call.

@@ -78,3 +78,11 @@ def spending_ceiling(connection: sqlite3.Connection) -> int:
 def spending_policy(connection: sqlite3.Connection, operators: Iterable[str]) -> SpendingPolicy:
     """`operators` may approve up to the recorded ceiling."""
     return SpendingPolicy(frozenset(operators), total_pence=spending_ceiling(connection))
+
+
+def money(connection: sqlite3.Connection) -> tuple[int, int]:
+    """(reserved, spent) on the shop's one spending account, in pence."""
+    row = connection.execute("SELECT reserved_pence, spent_pence FROM assistant_spending WHERE id=1").fetchone()
+    if row is None:
+        raise LookupError("the spending account was never opened (assistant_orders.open_account)")
+    return row[0], row[1]

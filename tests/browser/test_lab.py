@@ -621,7 +621,7 @@ def test_every_notebook_opens_unchanged_in_the_learners_lab(learner_lab, page, o
     dialog and is not marked as changed before anyone touched it (a notebook Lab rewrites on open
     would ask to be saved, and 04 would then judge a notebook the learner never edited)."""
     names = sorted(path.name for path in learner_lab.root_dir.glob("*.ipynb"))
-    assert names == sorted(path.name for path in RELEASE.glob("*.ipynb")) and len(names) == 5, names
+    assert names == sorted(path.name for path in RELEASE.glob("*.ipynb")) and len(names) == 6, names
     changed = {}
     for name in names:
         learner_lab_url = learner_lab.lab_url(name) + "&reset"  # one notebook open at a time
