@@ -34,7 +34,7 @@ from course.checkpoint.trial import NEMESES
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--implementation", default="reference",
-                        help="'reference' (default) or a folder with 01_claims, 02_fencing and 03_recovery")
+                        help="'reference' (default) or a folder with 01_claims, 02_fencing and 04_recovery")
     parser.add_argument("--lease", type=float, default=2.0, help="the old worker's lease in seconds (default 2)")
     parser.add_argument("--parallel", type=int, default=matrix.PARALLEL, help="trials at once (default %(default)s)")
     parser.add_argument("--point", action="append", choices=list(POINTS), dest="points", help="repeatable")

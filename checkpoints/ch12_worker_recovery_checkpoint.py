@@ -32,7 +32,7 @@ __all__ = ["NoNewReasoning", "main", "run_checkpoint"]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--implementation", default="reference",
-                        help="'reference' (default) or a folder with 01_claims, 02_fencing and 03_recovery")
+                        help="'reference' (default) or a folder with 01_claims, 02_fencing and 04_recovery")
     parser.add_argument("--lease", type=float, default=2.0, help="the old worker's lease in seconds (default 2)")
     parser.add_argument("--evidence", action="store_true", help="also print the evidence as JSON")
     parser.add_argument("--timeline", type=Path, help="draw the timeline into this PNG")

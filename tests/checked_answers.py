@@ -64,7 +64,7 @@ def verdicts_at_once(name: str, submissions: dict[str, dict[str, str]], only: se
         for number, (label, replace) in enumerate(submissions.items()):
             submitted = Path(folder) / str(number)
             submitted.mkdir()
-            for path in SOLUTIONS.glob("*.ipynb"):  # 04 grades the notebooks beside it
+            for path in SOLUTIONS.glob("*.ipynb"):  # 05 grades the notebooks beside it
                 shutil.copy(path, submitted / path.name)
             (submitted / name).write_text(json.dumps(submission(name, replace, extra)))
             pending[label] = checks.start_checks({name: jobs}, submitted, RELEASE, timeout)[name]

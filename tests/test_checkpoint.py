@@ -80,7 +80,7 @@ SETUP = {
         from sovereign_agent.database import Database, authority_marker
         from sovereign_agent.events import append_event
     """,
-    "03_recovery.ipynb": """
+    "04_recovery.ipynb": """
         from sovereign_agent.assistant_work import Claim, claim, finish, observe
         from sovereign_agent.database import Database
     """,
@@ -98,7 +98,7 @@ RIGHT = {
 GRADED = {
     "01_claims.ipynb": ["claim_dataclass", "claim"],
     "02_fencing.ipynb": ["assert_current", "observe", "finish"],
-    "03_recovery.ipynb": ["order_to_continue"],
+    "04_recovery.ipynb": ["order_to_continue"],
 }
 STUB_CLASS = '''
 @dataclass(frozen=True)
@@ -418,7 +418,7 @@ def test_a_wrong_order_to_continue_is_named_not_a_key_error(tmp_path):
     (case,) = run_checkpoint(folder, cases=["accepted_then_crash"], output_dir=tmp_path / "out")
     assert not case.passed
     named = [f for f in case.failures if "your `order_to_continue` returned None" in f]
-    assert named and named[0].endswith("(revisit `order_to_continue` in 03_recovery)"), case.failures
+    assert named and named[0].endswith("(revisit `order_to_continue` in 04_recovery)"), case.failures
     assert all("(revisit" in f or f.startswith("not implemented yet") for f in case.failures), case.failures
     assert_nothing_left(tmp_path, {case.worker_pid, case.supplier_pid})
 
@@ -497,7 +497,7 @@ def test_a_stub_reached_through_another_graded_function_is_the_one_named():
 
 
 def test_modules_planted_beside_the_notebooks_do_not_stand_in_for_the_course(tmp_path, monkeypatch):
-    """The checkpoint's worker and supplier, and the killed holder of 03_recovery, start in the
+    """The checkpoint's worker and supplier, and the killed holder of 04_recovery, start in the
     learner's folder (at grading, a folder learner code can write). A `course.py` or
     `sovereign_agent.py` there (an honest scratch file, or planted) must not replace ours."""
     from course.checks import fresh_shop, killed_holder

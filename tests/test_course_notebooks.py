@@ -37,9 +37,9 @@ def cells_by_id(path: Path) -> dict[str, nbformat.NotebookNode]:
     return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in cells if "nbgrader" in cell.metadata}
 
 
-def test_the_course_has_its_six_notebooks():
-    assert NAMES == ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "04_checkpoint.ipynb",
-                     "05_explore.ipynb", "06_review.ipynb"]
+def test_the_course_has_its_seven_notebooks():
+    assert NAMES == ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb", "05_checkpoint.ipynb",
+                     "06_explore.ipynb", "07_review.ipynb"]
     assert sorted(path.name for path in RELEASE.glob("*.ipynb")) == NAMES
 
 
@@ -48,7 +48,7 @@ def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path):
     import papermill
 
     folder = tmp_path / "ch12"
-    shutil.copytree(SOLUTIONS, folder)  # 04_checkpoint grades the notebooks beside it
+    shutil.copytree(SOLUTIONS, folder)  # 05_checkpoint grades the notebooks beside it
     papermill.execute_notebook(folder / name, tmp_path / f"run-{name}", cwd=folder, kernel_name="python3", progress_bar=False)
 
 
@@ -142,7 +142,7 @@ def test_autograde_gives_solutions_full_marks_and_the_untouched_release_zero(cou
         code = [cell for cell in autograded.cells if cell.cell_type == "code"]
         assert all(cell.execution_count is None for cell in code), f"{name}: a cell ran in a kernel at grading"
         # A learner process runs a notebook's cells for its checks only when it has answers of its own:
-        # 04's checks run the learner's 01-03, never 04's own cells (its predictions).
+        # 05's checks run the learner's 01, 02 and 04, never 05's own cells (its predictions).
         checked = any(decided_outside(cell) for cell in code) and any(
             cell.metadata.get("nbgrader", {}).get("solution") for cell in code)
         for cell in code:

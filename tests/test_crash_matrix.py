@@ -132,9 +132,9 @@ def test_the_soak_draws_are_seeded_and_bounded():
 
 def test_a_missing_notebook_fails_every_trial_with_one_clear_sentence(tmp_path):
     folder = write_learner(tmp_path / "partial", RIGHT)
-    (folder / "03_recovery.ipynb").unlink()
+    (folder / "04_recovery.ipynb").unlink()
     (trial,) = run_matrix([TrialSpec("claimed", "SIGKILL")], folder)
-    assert not trial.passed and "missing notebook" in trial.failures[0] and "03_recovery.ipynb" in trial.failures[0]
+    assert not trial.passed and "missing notebook" in trial.failures[0] and "04_recovery.ipynb" in trial.failures[0]
 
 
 def test_the_explorer_runs_my_functions_and_explains_a_stub_in_its_grid(tmp_path, monkeypatch):

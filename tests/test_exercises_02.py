@@ -1,7 +1,7 @@
-"""02_fencing's graded answers, decided as autograde decides them (tests/checked_answers.py).
+"""02_fencing's and 03_leases's graded answers, decided as autograde decides them (tests/checked_answers.py).
 
 A correct answer written differently from the solution keeps every point of its check; a wrong
-one loses them. Covered: exercise 1 (reuse the owner label), exercise 3 (remove one fence from a
+one loses them. Covered (03_leases uses the runtime's fences, 02 the learner's): exercise 1 (reuse the owner label), exercise 3 (remove one fence from a
 copy), the prediction of the admission's lease rule (`order_may_leave`), the model-call
 reservation under the fence, and `observe`'s refusal of a message that is not a JSON object; the
 chapter's own listings of `assert_current`, `observe` and `finish` as answers (every point not
@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from checked_answers import SOLUTIONS, _grade_id, failed, verdicts
+from checked_answers import SOLUTIONS, _grade_id, failed, home, verdicts
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ NAME = "02_fencing.ipynb"
 
 def grade(replace: dict[str, str], check: str) -> dict:
     """The verdict of one graded cell with `replace` (grade_id -> source) as the learner's answers."""
-    return verdicts(NAME, replace, only={check})[check]
+    return verdicts(home(check), replace, only={check})[check]
 
 
 # Exercise 1 -------------------------------------------------------------------------------------
@@ -47,11 +47,6 @@ def reuse_owner_label(db, owner, prompt="Prepare the stock draft"):
     return dict(old_generation=old.generation, new_generation=new.generation, same_owner=old.owner == new.owner,
                 stale_refused=stale_refused, stored_result=stored)
 '''
-
-# The stale attempt through the runtime's own finish, which 02's grading replaces by a tripwire.
-REUSE_RUNTIME_FINISH = REUSE_LONGER_LEASE.replace(
-    'finish(db, old, "DONE", "stale result", now=time.time())', 'reference.finish(db, old, "DONE", "stale result")'
-)
 
 # Also right: the stale completion tried at the old lease's expiry. The row then holds the replacement's
 # live lease, RUNNING, under the same label: the generation alone refuses it.
@@ -106,10 +101,8 @@ def test_exercise_1_written_differently_keeps_its_points(answer):
     "answer, said",
     [(REUSE_AFTER_REPLACEMENT_FINISHED, "not while the replacement held the work"),
      (REUSE_NEVER_TRIED, "No fence refused the old generation-1 claim"),
-     (REUSE_OTHER_LABEL, "same_owner"),
-     # 02's own answers are replaced by tripwires while 02 is graded: the exercise uses the learner's.
-     (REUSE_RUNTIME_FINISH, "called the course's own `finish`")],
-    ids=["after the replacement finished", "never tried", "other label", "runtime finish"],
+     (REUSE_OTHER_LABEL, "same_owner")],
+    ids=["after the replacement finished", "never tried", "other label"],
 )
 def test_exercise_1_wrong_answers_lose_the_points(answer, said):
     verdict = grade({"exercise_reuse_owner_label": answer}, "test_exercise_reuse_owner_label")
@@ -523,14 +516,14 @@ UNFENCED_STILL_FENCED = UNFENCED_COPY_OWN_WORDS.replace(
     "    with db.immediate() as connection:\n", "    with db.immediate() as connection:\n        assert_current(connection, work)\n")
 # Wrong: the JSON check went with the fence.
 UNFENCED_NAN_ALLOWED = UNFENCED_COPY_OWN_WORDS.replace("allow_nan=False, ", "")
-# Wrong: the dict check went with the fence, though this notebook's observe has it.
+# Wrong: the dict check went with the fence, though the runtime's observe, which 03_leases uses, has it.
 UNFENCED_DICT_CHECK_DROPPED = UNFENCED_CHAPTER_COPY
 
 
 @pytest.mark.parametrize("answer", [
     {"exercise_unfenced_observe": UNFENCED_COPY_OWN_WORDS},
-    {"exercise_unfenced_observe": UNFENCED_CHAPTER_COPY, "observe": CHAPTER["observe"]},
-], ids=["own words", "the chapter's observe, copied"])
+    {"exercise_unfenced_observe": UNFENCED_COPY_OWN_WORDS.replace("type(message) is not dict", "not isinstance(message, dict)")},
+], ids=["own words", "isinstance"])
 def test_exercise_3_copy_written_differently_keeps_its_points(answer):
     assert grade(answer, "test_exercise_unfenced_observe")["passed"]
 

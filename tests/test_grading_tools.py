@@ -492,7 +492,7 @@ def test_a_check_whose_experiment_failed_after_its_retries_is_reported_for_regra
         "error", ename="CheckFailed", evalue="GRADING ERROR, not a mistake in your answer: the situation was not built",
         traceback=[])])
     passed = new_code_cell("expect(...)", outputs=[])
-    nbformat.write(new_notebook(cells=[failed, passed]), tmp_path / "03_recovery.ipynb")
+    nbformat.write(new_notebook(cells=[failed, passed]), tmp_path / "04_recovery.ipynb")
     found = findings(tmp_path)
     assert found["grading_error"] == 1 and sum(found.values()) == 1
     line = reason(StudentResult("s", 10.0, 87.0, findings=found))

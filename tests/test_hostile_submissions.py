@@ -100,7 +100,7 @@ def claim_calling_the_helper() -> str:
                   if c.metadata.get("nbgrader", {}).get("grade_id") == "claim")
     assert SOLVED_UPDATE in source
     return source.replace(SOLVED_UPDATE, "        generation = _take(connection, row, owner, now, ttl)")
-DATA_BUILT_BY_CALLS = {  # 03 and 06: data answers built by calls and comprehensions
+DATA_BUILT_BY_CALLS = {  # 04 and 07: data answers built by calls and comprehensions
     "four_answers": 'four_answers = dict(zip(["health", "progress", "cancellation", "external"], "ACEG"))',
     "vocabulary": ('TERMS = "claim lease generation fence liveness progress recovery reconciliation".split()\n'
                    'vocabulary = {term: letter for term, letter in zip(TERMS, "ECHAGDBF")}'),
@@ -377,13 +377,13 @@ def stubs(name: str, *grade_ids: str) -> dict[str, str]:
 
 
 CLAIMS = "01_claims.ipynb"
-DATA_NOTEBOOKS = ("03_recovery.ipynb", "06_review.ipynb")  # where DATA_BUILT_BY_CALLS's answers are
+DATA_NOTEBOOKS = ("04_recovery.ipynb", "07_review.ipynb")  # where DATA_BUILT_BY_CALLS's answers are
 
 CLAIM_CELLS = ("claim_dataclass", "claim")
 # Every answer the course has its own of (course.grading.learner.tripwires.ANSWERS), by notebook, and
 # where the course keeps it.
 OWN = {"01_claims.ipynb": CLAIM_CELLS, "02_fencing.ipynb": ("assert_current", "observe", "finish"),
-       "03_recovery.ipynb": ("order_to_continue",), "05_explore.ipynb": ("admit_generation",)}
+       "04_recovery.ipynb": ("order_to_continue",), "06_explore.ipynb": ("admit_generation",)}
 MODULE_OF = {"order_to_continue": "sovereign_agent.assistant_orders",
              "admit_generation": "reference_organizations.store.supplier.fence"}
 
@@ -404,7 +404,7 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
             **CLAIM_WITH_SLOTS_AND_A_HELPER, "claim": claim_calling_the_helper()}, [
             CLAIM_HELPER_CELL]), **{name: notebook(name, SOLUTIONS, {cell: source for cell, source in DATA_BUILT_BY_CALLS.items()
                                                              if home([cell]) == name}) for name in DATA_NOTEBOOKS}}, None),
-        # Every answer the course has its own of wraps it (the checkpoint's five, 05's rule): each
+        # Every answer the course has its own of wraps it (the checkpoint's five, 06's rule): each
         # notebook earns what it would with those unanswered.
         "everywhere_reference": (every_notebook({
             name: {cell: (f"def {cell}(*args, **kwargs):\n    import importlib\n"

@@ -1,4 +1,4 @@
-"""The schedule explorer (05): every interleaving of two holders' steps, checked from the database.
+"""The schedule explorer (06): every interleaving of two holders' steps, checked from the database.
 
 The numbers are what the combinatorics and the step set say; the reference breaks nothing; the
 owner-only and the generation-blind fences are caught, each with a named first violating

@@ -7,7 +7,7 @@ observation cells' words; with a wrong function, each message names the one caus
 established; an observation that the learner's code contradicts says so.
 
 `test_a_plausible_wrong_answer_is_told_by_its_visible_test` is the learner's side of the hidden
-mutants: for each graded function and data answer of 02 and 03, a plausible wrong answer in a
+mutants: for each graded function and data answer of 02, 03, 04 and 07, a plausible wrong answer in a
 real kernel, as Lab runs it. Its visible test fails and names the answer, or passes and says in
 one line what is checked when the instructor grades; an observation that promised "the test below
 explains" is followed by a test that does.
@@ -57,7 +57,8 @@ def isolated_runs(path: Path, replace: dict[str, str] | None = None) -> dict[str
     return found
 
 
-@pytest.mark.parametrize("name", ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "06_review.ipynb"])
+@pytest.mark.parametrize("name", ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb",
+                                  "07_review.ipynb"])
 def test_every_test_on_the_blank_release_says_not_implemented_yet(name):
     hidden_only = {meta(c)["grade_id"] for c in graded_tests(nbformat.read(RELEASE / name, as_version=4))
                    if all(line.strip().startswith("#") or not line.strip() for line in c.source.splitlines())}
@@ -80,8 +81,8 @@ def order_to_continue(db, work):
 
 
 def test_the_visible_order_tests_catch_a_decision_that_accepts_only_approved():
-    solutions = nbformat.read(SOLUTIONS / "03_recovery.ipynb", as_version=4)
-    path = RELEASE / "03_recovery.ipynb"  # visible tests only, the learner's other answers from the solutions
+    solutions = nbformat.read(SOLUTIONS / "04_recovery.ipynb", as_version=4)
+    path = RELEASE / "04_recovery.ipynb"  # visible tests only, the learner's other answers from the solutions
     answers = {meta(c)["grade_id"]: c.source for c in solutions.cells if meta(c).get("solution") and c.cell_type == "code"}
     errors = isolated_runs_one(path, "test_order_to_continue", answers | {"order_to_continue": APPROVED_ONLY})
     assert [e.ename for e in errors] == ["CheckFailed"]
@@ -166,21 +167,21 @@ def test_graded_test_cells_hold_no_harness():
 
 
 def test_the_paused_check_shows_its_specific_hint_before_the_general_verdict(tmp_path):
-    """04's checks go from specific to general: an owner-label-only fence gets the sentence that
+    """05's checks go from specific to general: an owner-label-only fence gets the sentence that
     names it, not "the paused holder case failed"."""
     from test_checkpoint import OWNER_ONLY
 
     folder = tmp_path / "ch12"
     shutil.copytree(SOLUTIONS, folder)
-    shutil.copy(RELEASE / "04_checkpoint.ipynb", folder)  # the visible checks
+    shutil.copy(RELEASE / "05_checkpoint.ipynb", folder)  # the visible checks
     fencing = nbformat.read(folder / "02_fencing.ipynb", as_version=4)
     for cell in fencing.cells:
         if meta(cell).get("grade_id") == "assert_current":
             cell.source = OWNER_ONLY
     nbformat.write(fencing, folder / "02_fencing.ipynb")
-    keep = [c for c in nbformat.read(folder / "04_checkpoint.ipynb", as_version=4).cells
+    keep = [c for c in nbformat.read(folder / "05_checkpoint.ipynb", as_version=4).cells
             if "setup" in c.metadata.get("tags", []) or meta(c).get("grade_id") == "test_checkpoint_paused"]
-    notebook = nbformat.read(folder / "04_checkpoint.ipynb", as_version=4)
+    notebook = nbformat.read(folder / "05_checkpoint.ipynb", as_version=4)
     notebook.cells = keep
     NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(folder)}}).execute()
@@ -216,7 +217,7 @@ def test_an_observation_names_the_function_that_is_actually_missing():
     only_finish = run_in_a_kernel("02_fencing.ipynb", {"finish": stub("def finish(db, work, status, result):")},
                                   "observe_stale_writes")
     assert "write `finish` in its cell above" in only_finish and "`observe` and" not in only_finish, only_finish
-    only_copy = run_in_a_kernel("02_fencing.ipynb", {"exercise_unfenced_observe": stub(
+    only_copy = run_in_a_kernel("03_leases.ipynb", {"exercise_unfenced_observe": stub(
         "def observe_without_fence(db, work, message):")}, "observe_exercise3")
     assert "write `observe_without_fence`" in only_copy and "release_stale_response" not in only_copy, only_copy
 
@@ -239,7 +240,7 @@ def test_a_test_after_a_kernel_restart_says_run_the_cell_not_write_it():
 
 
 # --- The learner's side of the hidden mutants: one plausible wrong answer per graded function and
-# data answer of 02 and 03 (01's `claim` is above), run in a real kernel as Lab runs it: the setup
+# data answer of 02, 03, 04 and 07 (01's `claim` is above), run in a real kernel as Lab runs it: the setup
 # and answer cells (the solutions', one replaced), the observations that call it, then the visible
 # test as released. 01's `Claim`/`claim`: test_a_two_transaction_claim_gets_one_cause_per_message...
 
@@ -386,28 +387,28 @@ WRONG_ANSWERS = [
      "replaced holder"),
     ("02_fencing.ipynb", "finish", FINISH_WITHOUT_NOW, ("observe_stale_writes", "observe_next_turn"), "test_finish",
      "fails", "pass `now` through"),
-    ("02_fencing.ipynb", "order_may_leave", AT_LEAST, ("observe_order_may_leave",), "test_order_may_leave", "fails",
+    ("03_leases.ipynb", "order_may_leave", AT_LEAST, ("observe_order_may_leave",), "test_order_may_leave", "fails",
      "exactly as much lease as wait does not fit"),
-    ("02_fencing.ipynb", "exercise_unfenced_observe", STILL_FENCED, ("observe_exercise3",),
+    ("03_leases.ipynb", "exercise_unfenced_observe", STILL_FENCED, ("observe_exercise3",),
      "test_exercise_unfenced_observe", "fails", "no current-holder check"),
-    ("02_fencing.ipynb", "exercise_stale_response_experiment", IGNORES_WRITER, ("observe_exercise3",),
+    ("03_leases.ipynb", "exercise_stale_response_experiment", IGNORES_WRITER, ("observe_exercise3",),
      "test_exercise_stale_response_experiment", "fails", "the unfenced copy"),
-    ("02_fencing.ipynb", "exercise_reuse_owner_label", UNCAUGHT_STALE_FINISH, ("observe_exercise1",),
+    ("03_leases.ipynb", "exercise_reuse_owner_label", UNCAUGHT_STALE_FINISH, ("observe_exercise1",),
      "test_exercise_reuse_owner_label", "fails", "was refused, as it should be"),
-    ("03_recovery.ipynb", "order_to_continue", APPROVED_ONLY, ("observe_recovery_from_records",),
+    ("04_recovery.ipynb", "order_to_continue", APPROVED_ONLY, ("observe_recovery_from_records",),
      "test_order_to_continue", "fails", "state SENDING"),
-    ("06_review.ipynb", "four_answers", None, (), "test_four_answers", "graded", "the key is not shown"),
-    ("06_review.ipynb", "four_answers", {**KEY_4, "health": "a"}, (), "test_four_answers", "fails", "capital"),
-    ("03_recovery.ipynb", "delayed_prediction", {**PREDICTED, "status_after": "DONE"}, ("observe_cancel_delayed",),
+    ("07_review.ipynb", "four_answers", None, (), "test_four_answers", "graded", "the key is not shown"),
+    ("07_review.ipynb", "four_answers", {**KEY_4, "health": "a"}, (), "test_four_answers", "fails", "capital"),
+    ("04_recovery.ipynb", "delayed_prediction", {**PREDICTED, "status_after": "DONE"}, ("observe_cancel_delayed",),
      "test_delayed_prediction", "graded", "2 of the 6 values"),
-    ("03_recovery.ipynb", "delayed_prediction", {**PREDICTED, "completion": "Refused"}, (), "test_delayed_prediction",
+    ("04_recovery.ipynb", "delayed_prediction", {**PREDICTED, "completion": "Refused"}, (), "test_delayed_prediction",
      "fails", "exactly"),
-    ("03_recovery.ipynb", "recovery_action", ALWAYS_RESEND, ("observe_recovery_action",), "test_recovery_action",
+    ("04_recovery.ipynb", "recovery_action", ALWAYS_RESEND, ("observe_recovery_action",), "test_recovery_action",
      "fails", "'record receipt'"),
-    ("06_review.ipynb", "exercise_sessions_vs_spending", ONE_AFTER_THE_OTHER, ("observe_sessions_vs_spending",),
+    ("07_review.ipynb", "exercise_sessions_vs_spending", ONE_AFTER_THE_OTHER, ("observe_sessions_vs_spending",),
      "test_exercise_sessions_vs_spending", "fails", "one after the other"),
-    ("06_review.ipynb", "vocabulary", {**WORDS, "fence": "a"}, (), "test_vocabulary_format", "fails", "capital"),
-    ("06_review.ipynb", "vocabulary", {**WORDS, "liveness": "D", "progress": "G"}, (), "test_vocabulary_format",
+    ("07_review.ipynb", "vocabulary", {**WORDS, "fence": "a"}, (), "test_vocabulary_format", "fails", "capital"),
+    ("07_review.ipynb", "vocabulary", {**WORDS, "liveness": "D", "progress": "G"}, (), "test_vocabulary_format",
      "graded", "Hidden"),
 ]
 NAMES = {"exercise_unfenced_observe": "observe_without_fence",
@@ -447,8 +448,8 @@ def test_a_plausible_wrong_answer_is_told_by_its_visible_test(name, answer, wron
 
 
 def test_a_filled_in_answer_that_still_raises_is_told_to_delete_the_line():
-    kept = filled("06_review.ipynb", "vocabulary", WORDS, keep_raise=True)
-    seen = run_as_in_lab("06_review.ipynb", {"vocabulary": kept}, ("test_vocabulary_format",))
+    kept = filled("07_review.ipynb", "vocabulary", WORDS, keep_raise=True)
+    seen = run_as_in_lab("07_review.ipynb", {"vocabulary": kept}, ("test_vocabulary_format",))
     (error,) = seen["test_vocabulary_format"]["errors"]
     said = " ".join(error.split())
     assert said.startswith(

@@ -1,4 +1,4 @@
-"""Renewal, contrasted (05): a heartbeat keeps a stuck worker's lease forever; a sized lease ends.
+"""Renewal, contrasted (06): a heartbeat keeps a stuck worker's lease forever; a sized lease ends.
 
 Real threads and a real 1 s lease, bounded to a few seconds; the outcome is read from the database,
 and every thread the experiment started has ended when it returns.
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 
 
 def notebook_renew():
-    """The heartbeat's write exactly as 05 shows it (the released notebook's locked cell)."""
-    cells = json.loads((ROOT / "notebooks" / "ch12" / "05_explore.ipynb").read_text())["cells"]
+    """The heartbeat's write exactly as 06 shows it (the released notebook's locked cell)."""
+    cells = json.loads((ROOT / "notebooks" / "ch12" / "06_explore.ipynb").read_text())["cells"]
     (source,) = ["".join(cell["source"]) for cell in cells if cell.get("id") == "renewal-heartbeat"]
     namespace: dict = {}
     exec(source, namespace)

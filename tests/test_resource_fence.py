@@ -1,4 +1,4 @@
-"""Fencing at the resource (05): the supplier keeps the highest generation per work item.
+"""Fencing at the resource (06): the supplier keeps the highest generation per work item.
 
 The supplier's fence is opt-in: without it every existing caller is served as before (the tokens
 are only recorded). With it, a rule decides each order, run by the supplier (`reference`) or by
@@ -20,7 +20,7 @@ from reference_organizations.store.supplier import start_supplier
 from reference_organizations.store.supplier.fence import admit_generation
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
 
-NOTEBOOK = "05_explore.ipynb"
+NOTEBOOK = "06_explore.ipynb"
 TEST_CELL = "test_admit_generation"
 
 

@@ -544,12 +544,12 @@ def order_in_state(state: str) -> tuple[Database, Any, str]:
     return db, held, order_id
 
 
-# --- 06_review: exercise 4's race and section 1's killed holder ----------------------------------
+# --- 07_review: exercise 4's race and section 1's killed holder ----------------------------------
 
 
 def forced_approvals(location: str | Path, first: Callable[[Database], Any], second: Callable[[Database], Any],
                      *, pause: float = 0.5) -> dict[str, Any]:
-    """Exercise 4 (06_review): two approvals, each on its own connection to `location`.
+    """Exercise 4 (07_review): two approvals, each on its own connection to `location`.
 
     `second` is released exactly between `first`'s read of assistant_work and its next write, as
     `forced_race` does for claims, and `first` waits for it at most `pause` seconds. Returns
@@ -616,7 +616,7 @@ def killed_holder(db: Database, work_id: str, *, owner: str = "killed-worker", t
         stop(child)  # kills it if it is still running; always reaps and closes its pipe
 
 
-# --- 02_fencing, section 3: a lease sized from the loop's bounds, and the model-call reservation ---
+# --- 03_leases: a lease sized from the loop's bounds; 02_fencing: the model-call reservation ---
 
 
 def admission_with_lease_left(lease_left: float, supplier_timeout: float) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""05's graded exercise: a fence rule (`admit_generation`) judged through a real supplier process.
+"""06's graded exercise: a fence rule (`admit_generation`) judged through a real supplier process.
 
     run = fenced_orders(admit_generation, [("W", 1), ("W", 1), ("W", 2), ("W", 1)])
     run.admitted()        # [True, True, True, False], read from the supplier's ledger

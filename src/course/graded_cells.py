@@ -12,7 +12,7 @@ from pathlib import Path
 GRADED_CELLS: dict[str, tuple[tuple[str, str], ...]] = {
     "01_claims.ipynb": (("claim_dataclass", "Claim"), ("claim", "claim")),
     "02_fencing.ipynb": (("assert_current", "assert_current"), ("observe", "observe"), ("finish", "finish")),
-    "03_recovery.ipynb": (("order_to_continue", "order_to_continue"),),
+    "04_recovery.ipynb": (("order_to_continue", "order_to_continue"),),
 }
 FUNCTIONS = ("claim", "assert_current", "observe", "finish", "order_to_continue")
 NOTEBOOK_OF = {name: Path(notebook).stem for notebook, cells in GRADED_CELLS.items() for _, name in cells}

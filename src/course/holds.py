@@ -1,4 +1,4 @@
-"""A worker pass held at a named point, so that something else happens exactly there (03, exercise 2).
+"""A worker pass held at a named point, so that something else happens exactly there (04, exercise 2).
 
 Like 01's forced race and 02's forced takeover, the interleaving is forced, not hoped for: no
 sleep and no thread. `Hold(point, while_held)` wraps the seams a real pass (`run_once`,
@@ -79,7 +79,7 @@ class _HeldSupplier:
 
 
 def held_completion(db: Any, work_id: str) -> dict[str, Any]:
-    """The course's own experiment, which 03's prediction is compared with: a worker claims `work_id`
+    """The course's own experiment, which 04's prediction is compared with: a worker claims `work_id`
     and has its result; its completion is held while the operator cancels (`cancel`), then released.
     Returns what the records say afterwards (and the refusal the released completion met); the money
     is the caller's to read."""

@@ -4,12 +4,12 @@
     found = explore_schedules(ownership)      # claim, observe, finish: yours or the reference
     found.schedules, found.seconds, found.violating, found.first
 
-03 says that no number of runs proves every interleaving safe. For a small case, enumeration
+04 says that no number of runs proves every interleaving safe. For a small case, enumeration
 does: holders A and B each claim, write a transcript row and finish; the lease expires once;
 the operator cancels once. Every order of those eight steps (respecting each holder's own
 order) is one schedule, run in a fresh copy of one template database, in one thread, in order.
 Nothing sleeps: lease expiry is *injected*: `expire` moves the schedule's clock past every
-lease granted so far (InjectedClock); 04 and 05's crash matrix wait for real expiry instead.
+lease granted so far (InjectedClock); 05 and 06's crash matrix wait for real expiry instead.
 Each step's verdict is judged against the row read just before it, so the truth comes from
 the database, not from a second model of the rules.
 

@@ -1,8 +1,8 @@
 """What the learner's kernels ran: the evidence that a checkpoint judges saved code only.
 
-The checkpoint (`04_checkpoint`) reads the *saved* notebooks. A learner who edits
+The checkpoint (`05_checkpoint`) reads the *saved* notebooks. A learner who edits
 `assert_current`, runs the cell and forgets to save has two versions: the one the kernel runs
-and the one on disk. `watch()` (called by the setup cell of 01-03) records, after every cell
+and the one on disk. `watch()` (called by the setup cell of 01, 02 and 04) records, after every cell
 that defines a graded function or class in a JupyterLab kernel, a fingerprint of the cell's
 source and the time it ran. The ledger is a small JSON file per notebook in `.kernel-runs/`
 beside it. `load_implementation` compares it with the saved cells and refuses to judge a

@@ -8,7 +8,7 @@ cells (observations, tests) do not run: they are the course's, and decide nothin
 it ended, as a kernel would. The checkpoint's worker processes (`load_implementation`) and the
 grader's learner process (course.grading.learner.process) both run a notebook this way.
 
-`load_implementation` runs `01_claims`, `02_fencing` and `03_recovery`, one module each (a later
+`load_implementation` runs `01_claims`, `02_fencing` and `04_recovery`, one module each (a later
 notebook's `setup` may import the reference `claim`, which must not replace the learner's), and
 returns the five functions a worker calls. A function still holding nbgrader's stub raises
 `NotImplementedYet` ("not implemented yet: write `<function>` in <notebook> and run it").

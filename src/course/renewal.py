@@ -1,7 +1,7 @@
 """A lease renewed by a heartbeat ends only when the process does, not when its work stops.
 
     from course.renewal import stuck_worker
-    seen = stuck_worker(renew)     # renew(db, work, ttl): your heartbeat's write, from 05
+    seen = stuck_worker(renew)     # renew(db, work, ttl): your heartbeat's write, from 06
     seen = stuck_worker(None)      # the chapter's way: a sized lease, never renewed
 
 A worker claims with a short real lease (1 s) and gets stuck in a tool call that never returns

@@ -1,4 +1,4 @@
-"""What 05 shows of the schedule explorer: its figures, and one schedule drawn as two lanes.
+"""What 06 shows of the schedule explorer: its figures, and one schedule drawn as two lanes.
 
     show_schedules("my functions")     # or "reference", "owner-only fence", "generation-blind fence"
 
@@ -42,7 +42,7 @@ def functions(whose: str, folder: str | Path = ".") -> tuple[Any, list[dict[str,
 def show_schedules(whose: str = "my functions", folder: str | Path = ".", *,
                    predicted: Any = None) -> Exploration | None:
     """Explore every schedule with `whose` functions ("my functions": your saved 01-02 notebooks in
-    `folder`, loaded as 04 loads them); print the figures beside your prediction; draw the first
+    `folder`, loaded as 05 loads them); print the figures beside your prediction; draw the first
     violating schedule. A function still a stub is named in a sentence, not a traceback."""
     try:
         ownership, namespaces = functions(whose, folder)

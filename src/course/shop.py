@@ -1,4 +1,4 @@
-"""Lucy's side of the shop, as 03_recovery and 06_review set it up: her spending policy, her
+"""Lucy's side of the shop, as 04_recovery and 07_review set it up: her spending policy, her
 approval of a recorded proposal, and the money on the account.
 
 Every helper goes through the runtime's own functions (`propose`, `approve`) or its named reads

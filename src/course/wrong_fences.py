@@ -1,6 +1,6 @@
 """Two fences that are wrong on purpose, and the reference's writes guarded by one of them.
 
-The schedule explorer (05) must catch both: a fence that trusts the owner label alone, and one
+The schedule explorer (06) must catch both: a fence that trusts the owner label alone, and one
 that checks the label, the state, the lease and the authority epoch but not the generation.
 They read the row through `sovereign_agent.records`, like any code outside the runtime.
 """

@@ -1,4 +1,4 @@
-"""The crash explorer (05_explore) in JupyterLab in a real browser, driven through its buttons.
+"""The crash explorer (06_explore) in JupyterLab in a real browser, driven through its buttons.
 
 The notebook is opened and run like a learner would (Run All, through the menu; as in any release,
 only answer cells and the visible tests that call them may end in an error). Before any button
@@ -29,7 +29,7 @@ from .test_lab import (NOTEBOOK_PANEL, broken_images, figures_not_fitting, probl
 pytestmark = pytest.mark.browser
 
 EXPLORER_NOTEBOOK = Path(
-    os.environ.get("LAB_TEST_EXPLORER_NOTEBOOK", REPO_ROOT / "notebooks" / "ch12" / "05_explore.ipynb")
+    os.environ.get("LAB_TEST_EXPLORER_NOTEBOOK", REPO_ROOT / "notebooks" / "ch12" / "06_explore.ipynb")
 ).resolve()
 TRIAL_TIMEOUT_MS = 90_000  # one real trial takes ~3 s; a loaded 2-core machine much longer
 ALL_POINTS_TIMEOUT = 600.0  # every point x nemesis: 15-20 s alone, minutes on a loaded 2-core machine
@@ -99,4 +99,4 @@ def test_explorer_runs_one_trial_then_every_point_through_its_buttons(lab, page,
     assert summary.startswith(f"{trials}/{trials} trials passed, 0 violation(s)"), summary
     assert not wide_after_run, f"after Run, pictures run past their output area: {wide_after_run}"
     assert not wide, f"before the first run, figures do not fit their output area: {wide}"
-    assert not broken, f"before the first run, 05 shows broken images: {broken}"
+    assert not broken, f"before the first run, 06 shows broken images: {broken}"

@@ -51,7 +51,7 @@ COURSE_ID, PASSWORD = "crash-recovery", "ch12-Term-pw!"
 ANN, BOB, TEACHER = "ch12ann", "ch12bob", "ch12teacher"
 HUB_LOG: list[Path] = []  # the running hub's log, for failure messages
 RUNUSER = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin") or "runuser"
-NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "04_checkpoint.ipynb"]
+NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb", "05_checkpoint.ipynb"]
 
 
 def as_user(user: str, *argv: str, cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:

@@ -9,12 +9,12 @@ executed notebook back from disk and check it:
   test cells (``grade: true, solution: false``); every code cell must have run; every cell
   tagged ``observation`` must show output and no error. The Validate button must answer.
 * instructor source (solutions/ch12/01_claims.ipynb): every code cell runs without error and
-  the Validate button reports success; in 01-04 every figure fits its output area (drawn for the
+  the Validate button reports success; in 01-05 every figure fits its output area (drawn for the
   notebook's width: shown at its natural size, not shrunk, and not past the area's edge).
 * the learner's working copy (what `make lab` opens): every notebook opens without being marked
-  changed; 04_checkpoint, run before 01-03 are written (and again with a change the kernel ran but
+  changed; 05_checkpoint, run before 01, 02 and 04 are written (and again with a change the kernel ran but
   nobody saved), says what to do first once, with no table and no figure, and its checks point to
-  that message; with 01-03 written and saved it prints each prediction beside what happened, then
+  that message; with 01, 02 and 04 written and saved it prints each prediction beside what happened, then
   the table and the timeline.
 
 JupyterLab's Run All sends every cell with ``stop_on_error``: after the first error the kernel
@@ -423,12 +423,13 @@ def dialog_lines_cut_off(page) -> list[str]:
     )
 
 
-# Notebooks whose figures the instructor source draws: the screenshots are how a person judges
-# whether the pictures read at notebook width.
-FIGURE_NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb", "04_checkpoint.ipynb"]
+# The instructor sources run in Lab (Run All, then Validate), and those that draw figures: the
+# screenshots are how a person judges whether the pictures read at notebook width.
+LAB_NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb", "05_checkpoint.ipynb"]
+DRAWING = {"01_claims.ipynb", "03_leases.ipynb", "04_recovery.ipynb", "05_checkpoint.ipynb"}
 
 
-@pytest.mark.parametrize("name", FIGURE_NOTEBOOKS)
+@pytest.mark.parametrize("name", LAB_NOTEBOOKS)
 def test_solutions_run_in_lab(name, lab, page, output_path):
     notebook = _require(SOLUTION_NOTEBOOK.parent / name)
     run = run_notebook_in_lab(lab, page, notebook)
@@ -441,19 +442,19 @@ def test_solutions_run_in_lab(name, lab, page, output_path):
 
     assert not (problems := problems_in_solution_run(run.notebook)), "\n".join(problems)
     assert kind == "validation-success", f"the instructor source does not validate:\n{text}"
-    assert figures, "no figure was drawn"
+    assert bool(figures) == (name in DRAWING), f"figures drawn: {len(figures)}"
     assert not (wide := figures_not_fitting(page)), f"figures wider than their output area: {wide}"
-    if name == "02_fencing.ipynb":  # the lost lease: "follow generation 1 along the timeline" must be possible
+    if name == "03_leases.ipynb":  # the lost lease: "follow generation 1 along the timeline" must be possible
         (shot, _), = figures
         share = lease_share(shot, GENERATION_1)
         assert share >= 0.15, f"generation 1's lease spans {share:.0%} of the main axis in {shot}; expected >= 15%"
 
 
-GENERATION_1 = (0x1F, 0x77, 0xB4, 0.35)  # 02's draw_holders: generation 1's lease colour and its alpha, on white
+GENERATION_1 = (0x1F, 0x77, 0xB4, 0.35)  # 03's draw_holders: generation 1's lease colour and its alpha, on white
 
 
 def lease_share(shot: Path, colour: tuple[int, int, int, float]) -> float:
-    """In a screenshot of 02's lost-lease figure: the share of its first (main) axis that the lease
+    """In a screenshot of 03's lost-lease figure: the share of its first (main) axis that the lease
     bar of `colour` (r, g, b, alpha over white) spans. The axes are found by their frames (columns
     with a long vertical run of dark pixels), the bar by its colour inside the first frame."""
     from PIL import Image
@@ -619,9 +620,9 @@ DIRTY_TAB = ".lm-TabBar-tab.jp-mod-dirty"
 def test_every_notebook_opens_unchanged_in_the_learners_lab(learner_lab, page, output_path):
     """Each notebook of the working copy, opened as a learner opens it, starts its kernel with no
     dialog and is not marked as changed before anyone touched it (a notebook Lab rewrites on open
-    would ask to be saved, and 04 would then judge a notebook the learner never edited)."""
+    would ask to be saved, and 05 would then judge a notebook the learner never edited)."""
     names = sorted(path.name for path in learner_lab.root_dir.glob("*.ipynb"))
-    assert names == sorted(path.name for path in RELEASE.glob("*.ipynb")) and len(names) == 6, names
+    assert names == sorted(path.name for path in RELEASE.glob("*.ipynb")) and len(names) == 7, names
     changed = {}
     for name in names:
         learner_lab_url = learner_lab.lab_url(name) + "&reset"  # one notebook open at a time
@@ -670,28 +671,28 @@ def _said_once(nb, phrase: str) -> tuple[str, list[str]]:
 
 def test_the_checkpoint_says_once_what_to_do_first_then_shows_predictions_beside_what_happened(
         learner_lab, page, output_path):
-    """04_checkpoint in the learner's Lab, as a learner meets it: first with 01-03 untouched (their
-    stubs), then with a notebook whose kernel ran a change that was not saved, then with 01-03
+    """05_checkpoint in the learner's Lab, as a learner meets it: first with 01, 02 and 04 untouched (their
+    stubs), then with a notebook whose kernel ran a change that was not saved, then with 01, 02 and 04
     written and saved and one prediction typed in. Before: one message, said once (no table of
     blanks, no empty timeline, the checks point to it). After: each prediction beside what happened,
     the table and the timeline, and every check passes."""
-    lab, name = learner_lab, "04_checkpoint.ipynb"
+    lab, name = learner_lab, "05_checkpoint.ipynb"
     kernel = open_in_lab(lab, page, name)
 
-    # 1. A fresh copy: 01-03 still hold nbgrader's stubs.
+    # 1. A fresh copy: 01, 02 and 04 still hold nbgrader's stubs.
     nb = run_all_and_save(lab, page, name, kernel)
     screenshot(page, output_path, "checkpoint-fresh.png")
     message, _ = _said_once(nb, "not implemented yet")
     assert message.startswith("The checkpoint has not run your code yet") and "`claim` in 01_claims" in message
-    assert "`order_to_continue` in 03_recovery" in message and "save each notebook (File > Save)" in message
+    assert "`order_to_continue` in 04_recovery" in message and "save each notebook (File > Save)" in message
     assert page.locator(f"{NOTEBOOK_PANEL} .jp-OutputArea-output img, {NOTEBOOK_PANEL} .jp-OutputArea-output table"
                         ).count() == 0, "a table or a figure is shown although nothing ran"
 
-    # 2. 01-03 written (the course's solutions stand in for the learner's) and saved, but the kernel of
+    # 2. 01, 02 and 04 written (the course's solutions stand in for the learner's) and saved, but the kernel of
     # 02_fencing then ran a change to `assert_current` that was not saved.
     from course import kernel_runs
 
-    for notebook in ("01_claims.ipynb", "02_fencing.ipynb", "03_recovery.ipynb"):
+    for notebook in ("01_claims.ipynb", "02_fencing.ipynb", "04_recovery.ipynb"):
         shutil.copy(SOLUTIONS / notebook, lab.root_dir / notebook)
     kernel_runs.record(lab.root_dir / "02_fencing.ipynb", "def assert_current(connection, work, now=None):\n    pass",
                        {"assert_current"}, at=time.time() + 60)

@@ -9,7 +9,7 @@ it), `cases` (the four experiments), `evidence` (counting), `verdict` (explanati
 `model` (NoNewReasoning), `timeline` (the figure), `report` (summary lines), `run`.
 The crash matrix builds on them: `crashpoints` (the points and the hook in the worker's pass),
 `trial` (one point x nemesis), `invariants` (the sentences), `matrix` (many trials, the soak),
-`explorer` (the widgets of 05_explore).
+`explorer` (the widgets of 06_explore).
 
 Names are imported on first use: the worker process (`python -m course.checkpoint.worker`)
 imports this package too, and must not pay for the parent's modules (or matplotlib).

@@ -409,7 +409,7 @@ def _pass_error(stage: Stage, error: Exception, decisions: list[tuple[str, Any]]
             return (f"your `order_to_continue` returned {decision!r} for an assignment whose recorded order "
                     f"{orders[-1]!r} is past the draft stage, so the runtime had no order to continue "
                     f"({type(error).__name__}: {error}); expected that order's id (revisit `order_to_continue` "
-                    "in 03_recovery)")
+                    "in 04_recovery)")
     return f"{type(error).__name__}: {error}"
 
 

@@ -1,7 +1,7 @@
 """The crash explorer for JupyterLab: choose a crash point and a nemesis, run one real trial, see it.
 
     from course.checkpoint.explorer import explore
-    explore()      # in notebooks/ch12/05_explore.ipynb: "my functions" are the notebooks beside it
+    explore()      # in notebooks/ch12/06_explore.ipynb: "my functions" are the notebooks beside it
 
 "Run" runs one trial of the crash matrix (real worker and supplier processes, a real lease)
 and draws its timeline with the crash point marked, the counted evidence and the invariants
@@ -30,7 +30,7 @@ FAIL_STYLE = "background:#f4cccc;color:#990000"
 
 
 def explore(folder: str | Path | None = None, *, lease_seconds: float = 2.0) -> Any:
-    """Build and display the explorer; `folder` holds your 01-03 notebooks (default: here)."""
+    """Build and display the explorer; `folder` holds your 01, 02 and 04 notebooks (default: here)."""
     from IPython.display import display
 
     explorer = Explorer(Path(folder) if folder is not None else Path.cwd(), lease_seconds)

@@ -1,5 +1,5 @@
 """Human-readable forms of a checkpoint run: summary lines, a table, the evidence as JSON, and
-what 04_checkpoint's run cell shows (`show_checkpoint`).
+what 05_checkpoint's run cell shows (`show_checkpoint`).
 
 A run that could not reach the learner's code at all (a notebook not saved since the kernel ran
 it, a function still a stub, a missing cell) is said once, in one message (`not_ready`): no table
@@ -127,7 +127,7 @@ def evidence_json(checkpoint) -> str:  # a Checkpoint
     return "[\n" + ",\n".join(cases) + "\n]"
 
 
-# --- what 04_checkpoint's run cell shows -------------------------------------------------------------
+# --- what 05_checkpoint's run cell shows -------------------------------------------------------------
 
 # What the learner predicts before each case (a literal in a cell tagged `prediction`, named
 # `predicted_<case>`); `_observed` reads the same quantity from the case's counted evidence.
@@ -158,7 +158,7 @@ def not_ready(checkpoint) -> str | None:  # a Checkpoint
         where = "; ".join(f"{_and(names)} in {notebook}" for notebook, names in by_notebook.items())
         these, them = ("these are", "them") if len(missing) > 1 else ("this is", "it")
         return ("The checkpoint has not run your code yet: it runs your own functions from your saved 01_claims, "
-                f"02_fencing and 03_recovery, and {these} not implemented yet: {where}. Write {them}, save each "
+                f"02_fencing and 04_recovery, and {these} not implemented yet: {where}. Write {them}, save each "
                 "notebook (File > Save), then run this cell again.")
     reasons = {case.failures[0] for case in checkpoint if case.failures}
     if checkpoint and all(case.replacement is None and case.failures for case in checkpoint) and len(reasons) == 1:
@@ -196,7 +196,7 @@ def prediction_lines(checkpoint, predicted: Mapping[str, Any]) -> list[str]:  # 
 
 
 def show_checkpoint(checkpoint, predicted: Mapping[str, Any] | None = None) -> None:  # a Checkpoint
-    """What 04_checkpoint's run cell shows. Not ready: the one message, nothing else. Ready: the
+    """What 05_checkpoint's run cell shows. Not ready: the one message, nothing else. Ready: the
     predictions beside what happened, the summary, the table and the timeline of the cases that ran."""
     from IPython.display import Markdown, display
 

@@ -85,7 +85,7 @@ def run_checkpoint(
     """Run the worker-recovery experiments against `implementation` and return their evidence.
 
     `implementation`: "reference" (the runtime's own functions) or a folder holding the
-    learner's 01_claims, 02_fencing and 03_recovery notebooks. `output_dir`: keep each case's
+    learner's 01_claims, 02_fencing and 04_recovery notebooks. `output_dir`: keep each case's
     databases, ledgers, logs and evidence.json in a new run folder there (default: a temporary
     folder, removed afterwards). Case failures are reported in the evidence, not raised;
     KeyboardInterrupt stops the run after every process has been stopped.

@@ -29,7 +29,7 @@ def free_names(code: types.CodeType) -> set[str]:
 
 def run(job: dict[str, Any], broker: Any) -> dict[str, Any]:
     """The verdict for one graded cell: {"passed", "ename", "message"}."""
-    try:  # a notebook with answers of its own: a learner process runs it (04 asks for its own)
+    try:  # a notebook with answers of its own: a learner process runs it (05 asks for its own)
         peer, report = broker.learner(job["what"]) if job["answers"] else (None, [])
     except Refused as refused:
         return {"passed": False, "ename": refused.ename, "message": str(refused)}

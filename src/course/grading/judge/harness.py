@@ -6,7 +6,7 @@ answer that did not run to a placeholder saying why.
 
 `race_claims`, `race_admissions`: the rival is the same name in a second learner process. `rebound`: the name is
 rebound in the learner process too, so the judge sees every call the learner's own code makes.
-`run_checkpoint`: the five functions of a learner process that ran 01-03, workers in learner
+`run_checkpoint`: the five functions of a learner process that ran 01, 02 and 04, workers in learner
 sandboxes, ledgers in the judge's folder, stale writes made by the judge itself.
 """
 
@@ -97,7 +97,7 @@ class Context:
 
     @functools.cached_property
     def implementation(self) -> Any:
-        """The checkpoint's implementation: 01-03 run as written in a learner process of their own."""
+        """The checkpoint's implementation: 01, 02 and 04 run as written in a learner process of their own."""
         from course.checkpoint.run import Elsewhere
         from course.graded_cells import FUNCTIONS
         from sovereign_agent.ownership import Ownership
@@ -133,15 +133,19 @@ def substitute(namespace: dict[str, Any], context: Context) -> None:
         original = space[name]
         wrapped = wrap(original)
         space[name] = wrapped
-        mine = isinstance(original, wire.Remote) and original.peer is context.peer
-        if mine:  # the learner's own code looks the name up in the learner process: rebind it there too
+        # The learner's code looks the name up in the learner process: rebind it there too, whether the
+        # learner wrote it or a setup cell bound it there (03_leases: the runtime's `finish`), then put
+        # back what was there.
+        there = original if isinstance(original, wire.Remote) and original.peer is context.peer else \
+            names(context.peer, {name}).get(name)
+        if isinstance(there, wire.Remote):
             context.peer.call({"name": "__rebind__"}, (name, wrapped))
         try:
             yield
         finally:
             space[name] = original
-            if mine:
-                context.peer.call({"name": "__rebind__"}, (name, original))
+            if isinstance(there, wire.Remote):
+                context.peer.call({"name": "__rebind__"}, (name, there))
 
     swaps = {id(checks.race_claims): race_claims, id(fence_checks.race_admissions): race_admissions,
              id(run.run_checkpoint): run_checkpoint, id(checks.rebound): rebound}

@@ -3,7 +3,7 @@
     python -P -m course.grading.learner.process NOTEBOOK   (in a learner sandbox; wire on fd $COURSE_WIRE_FD)
 
 NOTEBOOK is a notebook (the release's setup cells, then the learner's cells) or `implementation`
-(the checkpoint's five functions from 01-03). It first reports how each cell ended, then answers
+(the checkpoint's five functions from 01, 02 and 04). It first reports how each cell ended, then answers
 calls by name (`__describe__`: what names are; `__rebind__`: a name bound to a judge's callback)
 until the wire closes. Nothing it says is believed: the judge decides from data.
 """

@@ -27,7 +27,7 @@ ANSWERS = {
     "order_to_continue": "sovereign_agent.assistant_orders",
     "admit_generation": "reference_organizations.store.supplier.fence",
 }
-# What a checkpoint worker runs of 01-03 (the `implementation`): the five functions; the course's own
+# What a checkpoint worker runs of 01, 02 and 04 (the `implementation`): the five functions; the course's own
 # Claim stays, as the checkpoint's harness builds records with it.
 IMPLEMENTATION = frozenset(ANSWERS) - {"Claim", "admit_generation"}
 HELPER = "_course_tripwire"

@@ -60,6 +60,6 @@ def configure(c, root):
         StartChecks, DecideByJudge, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
         SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
     ]
-    c.StartChecks.timeout = 60  # one check, once its learner process has run the notebook's cells (04's: ~10 s)
+    c.StartChecks.timeout = 60  # one check, once its learner process has run the notebook's cells (05's: ~10 s)
     # Feedback HTML is rendered from the autograded notebook, which holds no hidden region (StripHiddenTests).
     c.GenerateFeedback.preprocessors = [GetGrades, MarkUngraded, CSSHTMLHeaderPreprocessor]

@@ -1,4 +1,4 @@
-"""06_review's graded answers judge the decision, not one way of writing it.
+"""07_review's graded answers judge the decision, not one way of writing it.
 
 Exercise 4 (two sessions, one account) keeps its points written differently and loses them when
 its race is not raced, its turns are not finished or a refusal is decided without asking the
@@ -19,7 +19,7 @@ from checked_answers import verdicts
 
 pytestmark = pytest.mark.slow
 
-NOTEBOOK = "06_review.ipynb"
+NOTEBOOK = "07_review.ipynb"
 
 
 def score(answer_cell: str, source: str, test_cell: str) -> dict:

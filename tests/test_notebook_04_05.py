@@ -1,4 +1,4 @@
-"""Notebooks 03 and 04 beyond the exercises: the checkpoint loads what a learner's answer needs.
+"""Notebooks 04 and 05 beyond the exercises: the checkpoint loads what a learner's answer needs.
 
 A learner may write a helper in a cell of its own and call it from a graded function. The
 notebook's tests see it (the checker loads the definitions of the learner's cells); the
@@ -65,7 +65,7 @@ def add_learner_cell(notebook: Path, source: str) -> None:
 
 def test_a_helper_in_another_learner_cell_is_loaded_by_the_checkpoint(tmp_path):
     folder = write_learner(tmp_path / "helper", RIGHT | {"order_to_continue": USES_HELPER})
-    add_learner_cell(folder / "03_recovery.ipynb", HELPER)
+    add_learner_cell(folder / "04_recovery.ipynb", HELPER)
     (killed, crashed) = run_checkpoint(folder, cases=["killed", "accepted_then_crash"], output_dir=tmp_path / "out")
     for case in (killed, crashed):
         assert case.passed, case.failures
@@ -77,7 +77,7 @@ def test_a_helper_bound_by_a_statement_in_another_cell_is_there_as_in_the_kernel
     """The checkpoint runs the learner's cells as written (as their kernel did): a helper that only
     a statement binds (`x = f()`) in a cell of their own is defined when the graded function runs."""
     folder = write_learner(tmp_path / "statement", RIGHT | {"order_to_continue": USES_HELPER})
-    add_learner_cell(folder / "03_recovery.ipynb", BOUND_BY_STATEMENT)
+    add_learner_cell(folder / "04_recovery.ipynb", BOUND_BY_STATEMENT)
     (case,) = run_checkpoint(folder, cases=["killed"], output_dir=tmp_path / "out")
     assert case.passed, case.failures
     assert_nothing_left(tmp_path, {case.worker_pid, case.supplier_pid})

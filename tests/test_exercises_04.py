@@ -1,4 +1,4 @@
-"""03_recovery's graded exercises judge the decision, not one way of writing it.
+"""04_recovery's graded exercises judge the decision, not one way of writing it.
 
 Every graded answer gets at least two correct answers written differently from the solution, which
 must keep every point, and plausible wrong answers (including the weaker solutions the notebook once
@@ -6,8 +6,8 @@ had) that lose points in the cell that names the mistake. Verdicts come from the
 the hidden tests (tests/checked_answers.py). Exercise 2 is built by the learner: a worker pass held at
 a named point (course.holds), cancelled while held, released, then recovered; it is judged from the
 records it leaves (the shop's rows and events, the supplier's ledger). The course's own experiments
-that the exercises rely on are checked directly: the hold is forced without sleeping. 03 grades no
-function the chapter lists, so it has no `beyond-chapter` cell (the chapter's listing 7, its NoNewReasoning probe, runs against 03's own). Issue 24: each stale write
+that the exercises rely on are checked directly: the hold is forced without sleeping. 04 grades no
+function the chapter lists, so it has no `beyond-chapter` cell (the chapter's listing 7, its NoNewReasoning probe, runs against 04's own). Issue 24: each stale write
 and crash is predicted first (a literal, no points) and the prediction printed beside what happened;
 the crash timeline has real seconds on its x-axis.
 """
@@ -25,7 +25,7 @@ from checked_answers import verdicts
 
 pytestmark = pytest.mark.slow
 
-NOTEBOOK = "03_recovery.ipynb"
+NOTEBOOK = "04_recovery.ipynb"
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "ch12" / NOTEBOOK
 
 
@@ -121,7 +121,7 @@ def test_a_wrong_decision_loses_the_points(source, said):
 
 
 def test_the_stale_holder_of_section_2_differs_from_its_replacement_only_by_generation():
-    """03 section 2: the stale writes arrive while the replacement is RUNNING with a live lease under the
+    """04 section 2: the stale writes arrive while the replacement is RUNNING with a live lease under the
     same owner label; a fence blind to the generation would accept them, the runtime's refuses them."""
     import re
 
@@ -375,15 +375,15 @@ def test_recovery_action_as_a_list_of_blockers_keeps_its_points():
     assert score("recovery_action", DECISION_AS_RULES, "test_recovery_action")["passed"]
 
 
-# --- the chapter's listings and 03 ---------------------------------------------------------------
+# --- the chapter's listings and 04 ---------------------------------------------------------------
 
 LISTINGS = Path(__file__).resolve().parents[2] / "shared" / "seed" / "ch12-listings.json"
 
 
 def test_the_chapters_own_listings_earn_every_point_not_tagged_beyond_chapter():
     """The chapter's listings define Claim, claim, assert_current, observe and finish (graded in 01 and 02);
-    none of 03's answers is one of them, so 03 has no listing to submit and no cell tagged beyond-chapter:
-    every point of 03 is earned by its own answers, here the solution's, through the real grader."""
+    none of 04's answers is one of them, so 04 has no listing to submit and no cell tagged beyond-chapter:
+    every point of 04 is earned by its own answers, here the solution's, through the real grader."""
     import ast
 
     if not LISTINGS.exists():

@@ -1,4 +1,4 @@
-"""02_fencing's lost-lease experiment on a slow machine: it reports what happened, and never crashes.
+"""03_leases's lost-lease experiment on a slow machine: it reports what happened, and never crashes.
 
 The cell runs Lucy's real worker with a one-second lease, on the wall clock. A slow disk stretches
 every write; the experiment stays bounded and honest whichever holder the slowness hits:
@@ -38,15 +38,15 @@ def grade_id(cell) -> str:
 
 
 def run_lost_lease(tmp_path: Path, generation: int, delay: float) -> str:
-    """Run 02's setup, answers and lost-lease cells, with `generation`'s writes slowed; return the
+    """Run 03's setup and lost-lease cells, with `generation`'s writes slowed; return the
     lost-lease cell's printed text, after checking that no cell raised."""
     folder = tmp_path / "ch12"
     shutil.copytree(SOLUTIONS, folder)
-    notebook = nbformat.read(folder / "02_fencing.ipynb", as_version=4)
-    wanted = {"assert_current", "observe", "finish", "lost_lease_helpers", "observe_lost_lease"}
+    notebook = nbformat.read(folder / "03_leases.ipynb", as_version=4)
+    wanted = {"lost_lease_helpers", "observe_lost_lease"}
     cells = [c for c in notebook.cells if "setup" in c.metadata.get("tags", []) or grade_id(c) in wanted]
     slowed = nbformat.v4.new_code_cell(SLOW_OBSERVE.format(generation=generation, delay=delay))
-    at = [grade_id(c) for c in cells].index("observe") + 1
+    at = [grade_id(c) for c in cells].index("setup") + 1  # the runtime's observe, slowed
     notebook.cells = cells[:at] + [slowed] + cells[at:]
     NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(folder)}}).execute()
@@ -60,6 +60,8 @@ def test_a_slow_replacement_still_finishes_and_the_first_worker_is_refused(tmp_p
     # Five writes of 0.3 s: 1.5 s, more than the one-second lease the replacement used to get.
     printed = run_lost_lease(tmp_path, 2, 0.3)
     assert "First worker stopped by PermissionError" in printed, printed
+    # The late reply arrived while the replacement held the row, under the same label: only the generation differed.
+    assert "the row said: {'generation': 2, 'status': 'RUNNING', 'owner': 'first-worker'" in printed, printed
     assert "Replacement: BLOCKED at generation 2" in printed, printed
     assert "Transcript rows by generation: {1: 2, 2: 5}" in printed, printed  # the late reply left none
 
