@@ -210,14 +210,20 @@ def _verdict(source: str | None) -> dict:
     return verdicts(NOTEBOOK, replace, only={TEST_CELL})[TEST_CELL]
 
 
+# Its answer to generation 1 reaches the judge well after its commit, as on a loaded machine (the rival,
+# generation 2, returns first): who returned first says nothing about who decided first.
+SLOW_TO_ANSWER = "import time\n\n" + _locked("row[0] > generation").replace(
+    '        ledger.execute("COMMIT")\n        return True', '        ledger.execute("COMMIT")\n'
+    '        time.sleep(0.6 if generation == 1 else 0)\n        return True')
+
 NOT_IN_THE_JUDGE = "import sys\n\n" + ONE_STATEMENT.replace(HEAD, HEAD + """    if any(name.startswith("course.grading.judge") for name in sys.modules):
         raise RuntimeError("this rule is running inside the judge")
 """)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", [None, ONE_STATEMENT, CONDITIONAL_WRITE, NOT_IN_THE_JUDGE],
-                         ids=["the solution", "one statement", "a conditional write", "run outside the judge"])
+@pytest.mark.parametrize("source", [None, ONE_STATEMENT, CONDITIONAL_WRITE, SLOW_TO_ANSWER, NOT_IN_THE_JUDGE],
+                         ids=["the solution", "one statement", "a conditional write", "slow to answer", "run outside the judge"])
 def test_a_correct_rule_written_another_way_keeps_full_marks(source):
     verdict = _verdict(source)
     assert verdict["passed"], verdict

@@ -117,7 +117,8 @@ def race_admissions(rule: Callable[..., bool], *, work: str = "W-race", pause: f
     the same rule; when graded, the rule in a second learner process) of one work item;
     B is released between A's read of `fence` and A's first write (course.checks.interleave), and
     A waits for B at most `pause` s. Returns {"A", "B": admitted (or the error's text), "B first": B
-    admitted and returned before A, "later 1": a generation-1 request decided after both}."""
+    admitted and returned while A was held between its read and its write (A's decision came after
+    B's, whatever the clocks of a loaded machine say), "later 1": a generation-1 request decided after both}."""
     from reference_organizations.store.supplier.fence import open_ledger
 
     a = fresh_ledger()
@@ -133,7 +134,7 @@ def race_admissions(rule: Callable[..., bool], *, work: str = "W-race", pause: f
         box["later 1"] = _decided(rule, later.connection, work, 1)
     finally:
         later.close()
-    return {"A": box["first"], "B": box.get("second"), "B first": box["second first"] and box.get("second") is True,
+    return {"A": box["first"], "B": box.get("second"), "B first": box.get("second in gap", False) and box.get("second") is True,
             "later 1": box["later 1"]}
 
 

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference_organizations.store.supplier.process import ledger_tokens, stale_tokens
 from sovereign_agent.assistant_work import Claim
 
 
@@ -144,6 +143,9 @@ def exit_signal(returncode: int | None) -> str | None:
 
 def count_supplier(ledger: Path) -> dict[str, Any]:
     """Orders and requests straight from the supplier's ledger file."""
+    # Here, not at the top: each checkpoint worker imports this module, and most never call the supplier.
+    from reference_organizations.store.supplier.process import ledger_tokens, stale_tokens
+
     with closing(sqlite3.connect(ledger, timeout=10)) as db:
         operations = [row[0] for row in db.execute("SELECT operation FROM orders ORDER BY rowid")]
         requests = [

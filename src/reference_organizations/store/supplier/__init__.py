@@ -12,12 +12,16 @@ fixture, not a production web server.
     python -m reference_organizations.store.supplier --database PATH --port 0 --ready FILE
 """
 
-from reference_organizations.store.supplier.client import SupplierClient
-from reference_organizations.store.supplier.process import (
-    SupplierProcess,
-    start_supplier,
-)
-from reference_organizations.store.supplier.protocol import DEFAULT_IDENTITY
-from reference_organizations.store.supplier.server import main
+from importlib import import_module
 
-__all__ = ["DEFAULT_IDENTITY", "SupplierClient", "SupplierProcess", "main", "start_supplier"]
+# Loaded on first use: the shop's agent needs only the protocol, and a process that never calls the
+# supplier (each grading learner process) should not pay for http.client, http.server and ssl.
+_HOME = {"DEFAULT_IDENTITY": "protocol", "SupplierClient": "client", "SupplierProcess": "process",
+         "start_supplier": "process", "main": "server"}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
