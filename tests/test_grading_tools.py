@@ -17,6 +17,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from checked_answers import RELEASE
 from conftest import assert_nothing_left, nbgrader_metadata, sandbox_cgroups
 from course.grading.classes.autograde import autograde
 from course.grading.nbgrader import commands
@@ -311,6 +312,21 @@ def test_a_worker_starts_the_checks_that_took_longest_last_time_first(monkeypatc
     monkeypatch.setattr(checks, "last_seconds", {("04", "slow"): 4.5, ("01", "quick"): 0.2, ("02", "middle"): 1.0})
     batch = [{"notebook": n, "cell": c} for n, c in (("01", "quick"), ("02", "new"), ("04", "slow"), ("02", "middle"))]
     assert [job["cell"] for job in checks.longest_first(batch)] == ["slow", "middle", "quick", "new"]
+
+
+def test_before_any_check_was_timed_the_course_s_slow_checks_start_first(monkeypatch):
+    """A worker's first student, and every student of plain nbgrader: nothing timed yet. The checks
+    the release tags `slow` (the checkpoint's, which wait on real leases) go first, the rest keep
+    their order, so the longest do not trail behind the quick ones."""
+    from course.grading.judge import checks
+
+    monkeypatch.setattr(checks, "last_seconds", {})
+    batch = [job for notebook in sorted(RELEASE.glob("*.ipynb"))
+             for job in checks.notebook_jobs(notebook.stem, RELEASE, {})]
+    slow = [job["cell"] for job in batch if job["slow"]]
+    assert {"test_checkpoint_killed", "test_checkpoint_paused"} <= set(slow) and len(slow) < len(batch) / 2
+    ordered = [job["cell"] for job in checks.longest_first(batch)]
+    assert ordered == slow + [job["cell"] for job in batch if not job["slow"]]
 
 
 def test_before_the_first_sandbox_every_course_module_has_up_to_date_bytecode():

@@ -35,6 +35,7 @@ BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"  # nbgrader'
 PLACEHOLDER = "# hidden tests (not shown)"
 SCRATCH_INSIDE = "/scratch"  # the student's scratch folder in the judge's sandbox
 CHECKS_AT_ONCE = 8  # many checks mostly wait (a real lease running out): more than the cores
+SLOW_TAG, SLOW_GUESS = "slow", 5.0  # a test cell the course tags `slow` (real leases, real races): seconds, until timed
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def build_job(notebook: str, check: CourseCell, cells: list[CourseCell]) -> dict
     setup = [{"label": c.grade_id or "setup", "source": c.source}
              for c in cells if c.cell_type == "code" and "setup" in c.tags]
     return {"notebook": notebook, "cell": check.grade_id, "what": notebook, "setup": setup, "check": check.source,
-            "hidden_from": hidden_from, "answers": answers(cells)}
+            "hidden_from": hidden_from, "answers": answers(cells), "slow": SLOW_TAG in check.tags}
 
 
 def notebook_jobs(notebook: str, release: Path, sources: dict[str, str]) -> list[dict]:
@@ -134,8 +135,10 @@ def wait_for_all() -> None:
 
 
 def longest_first(jobs: list[dict]) -> list[dict]:
-    """`jobs` by how long each took last time, longest first (never run: in their own order, last)."""
-    return sorted(jobs, key=lambda job: -last_seconds.get((job["notebook"], job["cell"]), 0.0))
+    """`jobs` by how long each took last time, longest first. Never run here (a worker's first student,
+    every student of plain nbgrader): the course's `slow` ones first, the rest in their own order."""
+    return sorted(jobs, key=lambda job: -last_seconds.get((job["notebook"], job["cell"]),
+                                                          SLOW_GUESS if job.get("slow") else 0.0))
 
 
 def start_checks(jobs_by_notebook: dict[str, list[dict]], submitted: Path, release: Path, timeout: float,
