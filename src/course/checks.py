@@ -306,9 +306,10 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
     another thread, and let `first` wait for it (at most `pause` seconds).
 
     Returns {"first": ..., "second": ..., "second waited": seconds `second` spent, "second in gap":
-    whether `second` had ended while `first` was held between its read and its write}. An error in `first` propagates; an error in `second` is
-    raised after `first` has finished. A `first` that ran no statement on `connection` cannot be
-    interleaved: that is a CheckFailed (saying to work through `told`), not a pass.
+    whether `second` had ended while `first` was held between its read and its write}. An error in
+    `first` propagates; an error in `second` is raised after `first` has finished. A `first` that
+    ran no statement on `connection` cannot be interleaved: that is a CheckFailed (saying to work
+    through `told`), not a pass.
     """
     ready, go, done = threading.Event(), threading.Event(), threading.Event()
     box: dict[str, Any] = {}

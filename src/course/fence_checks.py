@@ -117,8 +117,9 @@ def race_admissions(rule: Callable[..., bool], *, work: str = "W-race", pause: f
     the same rule; when graded, the rule in a second learner process) of one work item;
     B is released between A's read of `fence` and A's first write (course.checks.interleave), and
     A waits for B at most `pause` s. Returns {"A", "B": admitted (or the error's text), "B first": B
-    admitted and returned while A was held between its read and its write (A's decision came after
-    B's, whatever the clocks of a loaded machine say), "later 1": a generation-1 request decided after both}."""
+    admitted and returned while A was held between its read and its write (A decided after B,
+    whatever the clocks of a loaded machine say), "later 1": a generation-1 request decided after
+    both}."""
     from reference_organizations.store.supplier.fence import open_ledger
 
     a = fresh_ledger()
@@ -134,8 +135,8 @@ def race_admissions(rule: Callable[..., bool], *, work: str = "W-race", pause: f
         box["later 1"] = _decided(rule, later.connection, work, 1)
     finally:
         later.close()
-    return {"A": box["first"], "B": box.get("second"), "B first": box.get("second in gap", False) and box.get("second") is True,
-            "later 1": box["later 1"]}
+    return {"A": box["first"], "B": box.get("second"),
+            "B first": box.get("second in gap", False) and box.get("second") is True, "later 1": box["later 1"]}
 
 
 def _decided(rule: Callable[..., bool], ledger: Any, work: str, generation: int) -> Any:

@@ -31,7 +31,7 @@ PRELOAD = (  # what the checks' setup cells import, and what the judge itself ne
     "course.checks", "course.fence_checks", "course.kernel_runs", "course.learner", "course.checkpoint.run", "course.checkpoint.cases", "course.checkpoint.report",
     "course.grading.judge.check", "course.grading.judge.broker", "sovereign_agent.assistant_work",
     "sovereign_agent.assistant_orders", "sovereign_agent.status", "reference_organizations.store.assistant",
-    "reference_organizations.store.supplier",
+    "reference_organizations.store.supplier.process",  # the package itself loads its parts on first use
 )
 
 
