@@ -31,6 +31,7 @@ WAIT_SECONDS = 20.0
 SOAK_TRIALS = int(os.environ.get("CREATION_SOAK_TRIALS", "200"))
 SOAK_SEED = int(os.environ.get("CREATION_SOAK_SEED", "13"))
 SOAK_CHILDREN = 4  # children being created and killed at once
+SOAK_ROUNDS = 4  # rounds at most, until a kill lands in the window that matters (see the soak)
 
 # Announces the step it stopped at, then waits to be killed (bounded: it dies with its parent).
 STOPPING_CHILD = """
@@ -183,17 +184,27 @@ def soak_trial(path: Path, delay: float) -> str:
 
 
 def test_a_seeded_soak_of_kills_at_random_moments_never_leaves_an_unopenable_database(tmp_path):
-    window = 1.5 * creation_seconds(tmp_path)
-    rng = random.Random(SOAK_SEED)
-    delays = [rng.uniform(0, window) for _ in range(SOAK_TRIALS)]
-    started = time.monotonic()
-    paths = [tmp_path / f"trial-{n:03d}" / "agent.sqlite" for n in range(SOAK_TRIALS)]
-    with ThreadPoolExecutor(SOAK_CHILDREN) as pool:
-        states = Counter(pool.map(soak_trial, paths, delays))
-    print(
-        f"\ncreation soak: {SOAK_TRIALS} kills, seed {SOAK_SEED}, window {window * 1000:.1f} ms, "
-        f"refused opens {states['refused']}, {time.monotonic() - started:.1f} s; left behind: {dict(states)}"
-    )
-    assert sum(states.values()) == SOAK_TRIALS
+    """SOAK_TRIALS kills at random moments of creation; no open may be refused. The kills must also
+    have landed in the window that used to leave the file unopenable (marker written, schema not yet
+    committed, about a millisecond of creation's ten): a round in which none did (a busy machine
+    stretches the other steps, fsync above all) runs again with the window measured anew and the
+    next seed, at most SOAK_ROUNDS rounds."""
+    states: Counter = Counter()
+    said = []
+    for round_number in range(SOAK_ROUNDS):
+        window = 1.5 * creation_seconds(tmp_path / f"round-{round_number}")
+        rng = random.Random(SOAK_SEED + round_number)
+        delays = [rng.uniform(0, window) for _ in range(SOAK_TRIALS)]
+        started = time.monotonic()
+        paths = [tmp_path / f"round-{round_number}" / f"trial-{n:03d}" / "agent.sqlite" for n in range(SOAK_TRIALS)]
+        with ThreadPoolExecutor(SOAK_CHILDREN) as pool:
+            landed = Counter(pool.map(soak_trial, paths, delays))
+        said.append(f"round {round_number + 1}: {SOAK_TRIALS} kills, seed {SOAK_SEED + round_number}, window "
+                    f"{window * 1000:.1f} ms, {time.monotonic() - started:.1f} s; left behind: {dict(landed)}")
+        assert sum(landed.values()) == SOAK_TRIALS
+        states += landed
+        if landed["marker without schema"]:
+            break
+    print("\ncreation soak, " + "; ".join(said))
     assert states["refused"] == 0
-    assert states["marker without schema"] >= 1  # the kills did land in the old window
+    assert states["marker without schema"] >= 1, said  # the kills did land in the old window
