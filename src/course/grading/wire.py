@@ -206,7 +206,15 @@ def decode(data: Any, peer: Peer | None = None, opened: list | None = None, dept
 
 
 def _path_of(connection: sqlite3.Connection) -> str:
-    return connection.execute("PRAGMA database_list").fetchone()[2]
+    """Its file, read without the tracer seeing it: a forced race counts the statements it traces."""
+    hook = checks.tracer(connection)
+    if hook is not None:
+        connection.set_trace_callback(None)
+    try:
+        return connection.execute("PRAGMA database_list").fetchone()[2]
+    finally:
+        if hook is not None:
+            connection.set_trace_callback(hook)
 
 
 def _traced(connection: sqlite3.Connection, peer: Peer | None) -> dict | None:
