@@ -164,6 +164,23 @@ def test_a_database_crosses_by_path_and_its_tracer_follows_it(pair, db):
     assert statements == ["SELECT count(*) FROM assistant_work"]
 
 
+def test_a_connection_crosses_by_path_and_its_tracer_sees_only_the_statements_run_on_it(pair, db):
+    """Finding a connection's file is the wire's own statement: a forced race that counts the
+    statements a function ran must not count it (a function that ran none fails the race)."""
+    judge, _, names = pair
+    statements = []
+    names["count"] = lambda connection: connection.execute("SELECT count(*) FROM assistant_work").fetchone()[0]
+    names["nothing"] = lambda connection: "ran no statement"
+    checks.trace(db.connection, statements.append)
+    try:
+        assert judge.call({"name": "nothing"}, (db.connection,)) == "ran no statement"
+        assert statements == []
+        assert judge.call({"name": "count"}, (db.connection,)) == 0
+    finally:
+        checks.trace(db.connection, None)
+    assert statements == ["SELECT count(*) FROM assistant_work"]
+
+
 def test_a_database_missing_its_marker_is_reopened_as_it_is(pair, db):
     judge, _, names = pair
     names["exists"] = lambda other: Path(other.path).with_suffix(".authority").exists()

@@ -298,9 +298,6 @@ def tracer(connection: sqlite3.Connection) -> Callable[[str], None] | None:
     return found[1] if found is not None and found[0] is connection else None
 
 
-RIVAL_STARTS_WITHIN = 10.0  # seconds a released rival may take to run its first statement
-
-
 def interleave(connection: sqlite3.Connection, first: Callable[[], Any], location: str | Path,
                second: Callable[[Any], Any], *, pause: float = 0.5, table: str = "assistant_work",
                reopen: Callable[[str | Path], Any] = Database, told: str = "the `db` you are passed") -> dict[str, Any]:
@@ -308,21 +305,17 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
     to begin or make a write, run `second(other)` on `reopen(location)` (a new connection) in
     another thread, and let `first` wait for it (at most `pause` seconds).
 
-    `first` is held until `second` has run its first statement (traced wherever it runs; a rival
-    that waits first would race nothing), at most RIVAL_STARTS_WITHIN s, then `pause` s more.
-
     Returns {"first": ..., "second": ..., "second waited": seconds `second` spent, "second in gap":
     whether `second` had ended while `first` was held between its read and its write}. An error in
     `first` propagates; an error in `second` is raised after `first` has finished. A `first` that
-    ran no statement on `connection`, or a `second` that ran none while `first` was held, cannot be
-    interleaved: that is a CheckFailed (saying to work through `told`), not a pass.
+    ran no statement on `connection` cannot be interleaved: that is a CheckFailed (saying to work
+    through `told`), not a pass.
     """
-    ready, go, done, busy, box = threading.Event(), threading.Event(), threading.Event(), threading.Event(), {}
+    ready, go, done = threading.Event(), threading.Event(), threading.Event()
+    box: dict[str, Any] = {}
 
     def rival() -> None:
         other = reopen(location)  # a connection belongs to the thread that opens it
-        own = getattr(other, "connection", other)
-        trace(own, lambda statement: busy.set())  # passed on with `other` to another process, if it goes there
         ready.set()
         go.wait(10)
         started = time.monotonic()
@@ -332,9 +325,7 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
             box["second error"] = error
         finally:
             box["second waited"] = time.monotonic() - started
-            trace(own, None)
             other.close()
-            busy.set()
             done.set()
 
     def hold_between_read_and_write(statement: str) -> None:
@@ -347,7 +338,6 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
             box["has read"] = True
         elif box.get("has read") and writes and not go.is_set():
             go.set()
-            box["second idle"] = not busy.wait(RIVAL_STARTS_WITHIN)
             box["second in gap"] = done.wait(pause)  # decided while `first` cannot write: no clock compared
 
     thread = threading.Thread(target=rival, daemon=True)
@@ -360,20 +350,11 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
         trace(connection, None)
         go.set()
         thread.join(15)
-    return _raced(box, told)
-
-
-def _raced(box: dict[str, Any], told: str) -> dict[str, Any]:
-    """`interleave`'s box, once it is sure that a race took place (or the rival's error)."""
     if "second error" in box:
         raise box["second error"]
     if not box.get("statements"):
         raise CheckFailed("The function under test ran no statement on the connection it was given, so nothing "
                           f"could be released between its read and its write; work through {told}.")
-    if box.get("second idle"):
-        raise CheckFailed(f"While the first call was held between its read and its write, the second ran no statement "
-                          f"on its database for {RIVAL_STARTS_WITHIN:g} s, so nothing was raced: the function under "
-                          "test must work on the database it is given straight away, not wait first.")
     return box
 
 
@@ -401,9 +382,8 @@ def forced_race(location: str | Path, take: Callable[..., Any], *, now: float | 
 
 class _Forked:
     """`take` in a child process forked now, before the race begins (so it shares no lock that is
-    held), and run when called: it opens its own connection, whose statements it reports (to the
-    tracer of the connection it is called with), and its result (or error) comes back pickled:
-    this is the learner's own kernel, where nothing is graded."""
+    held), and run when called: it opens its own connection, and its result (or error) comes back
+    pickled: this is the learner's own kernel, where nothing is graded."""
 
     def __init__(self, take: Callable[..., Any], location: str | Path, limit: float = 15.0) -> None:
         import os
@@ -412,20 +392,16 @@ class _Forked:
         self.limit, self._pickle = limit, pickle
         go_read, self._go = os.pipe()
         self._result, result_write = os.pipe()
-        self._statements, statement_write = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # the child: wait for "go", race, report, exit without any cleanup of the parent's
             try:
                 os.close(self._go)
                 os.close(self._result)
-                os.close(self._statements)
                 sink = open(os.devnull, "w")
                 sys.stdout = sys.stderr = sink  # a kernel's streams belong to its threads, gone here
                 owner, now = pickle.loads(os.read(go_read, 1 << 16))
-                db = Database(location)
-                db.connection.set_trace_callback(lambda statement: os.write(statement_write, b"s"))
                 try:
-                    outcome: tuple[str, Any] = ("value", take(db, owner, now=now))
+                    outcome: tuple[str, Any] = ("value", take(Database(location), owner, now=now))
                 except BaseException as error:
                     outcome = ("error", error)
                 try:
@@ -437,22 +413,14 @@ class _Forked:
                 os._exit(0)
         os.close(go_read)
         os.close(result_write)
-        os.close(statement_write)
 
     def __call__(self, other: Database, owner: str, *, now: float | None = None) -> Any:
         import os
         import select
 
         os.write(self._go, self._pickle.dumps((owner, now)))
-        chunks, hook, watched = [], tracer(other.connection), [self._result, self._statements]
-        deadline = time.monotonic() + self.limit
-        while ready := select.select(watched, [], [], max(0.0, deadline - time.monotonic()))[0]:
-            if self._statements in ready:
-                if not os.read(self._statements, 1 << 16):
-                    watched.remove(self._statements)  # the child has ended
-                elif hook is not None:
-                    hook("-- a statement in worker B's process")
-                continue
+        chunks = []
+        while select.select([self._result], [], [], self.limit)[0]:
             chunk = os.read(self._result, 1 << 16)
             if not chunk:
                 break
@@ -468,7 +436,7 @@ class _Forked:
         import os
         import signal
 
-        for fd in (self._go, self._result, self._statements):
+        for fd in (self._go, self._result):
             try:
                 os.close(fd)
             except OSError:
