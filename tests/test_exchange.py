@@ -69,3 +69,31 @@ def test_release_fetch_submit_collect_grade_and_return_feedback(tmp_path):
     assert len(feedback) == 1, "the learner fetched their feedback"
     html = feedback[0].read_text()
     assert "SECRET_MARKER" not in html and "Score" in html
+
+
+def test_a_link_in_a_submission_is_never_followed_when_it_is_collected(tmp_path):
+    """A learner writes their exchange folder themselves; links there (to the solutions, to a file
+    of the instructor's, to a device that never ends) stay behind when the instructor collects."""
+    root, home, exchange = tmp_path / "course", tmp_path / "learner", tmp_path / "exchange"
+    root.mkdir()
+    home.mkdir()
+    build_course(root)
+    secret = tmp_path / "instructor-secret.txt"
+    secret.write_text("SECRET_OF_THE_INSTRUCTOR")
+    instructor = {**ordinary_path(), "COURSE_EXCHANGE": str(exchange)}
+    learner = {**instructor, "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter" / "learner"), "HOME": str(home)}
+    course_command(root, "release")
+    run(make_command("release-exchange"), root, instructor)
+    run([str(BIN / "nbgrader"), "fetch_assignment", "ch12"], home, learner)
+    run([str(BIN / "nbgrader"), "submit", "ch12"], home, learner)
+    (inbound,) = [p for p in (exchange / "crash-recovery" / "inbound").iterdir() if p.is_dir()]
+    solution = root / "solutions" / "ch12" / "toy.ipynb"
+    for name, target in (("notes.txt", secret), ("zero", Path("/dev/zero")), ("extra.ipynb", solution)):
+        (inbound / name).symlink_to(target)
+
+    done = run(make_command("collect"), root, instructor)
+    collected = root / "submitted" / getpass.getuser() / "ch12"
+    assert (collected / "toy.ipynb").is_file()
+    assert not {"notes.txt", "zero", "extra.ipynb"} & {p.name for p in collected.iterdir()}, list(collected.iterdir())
+    assert "is a link" in done.stdout + done.stderr
+    assert not any("SECRET_OF_THE_INSTRUCTOR" in p.read_text(errors="replace") for p in collected.iterdir())

@@ -501,15 +501,47 @@ def test_a_grader_started_through_a_folder_the_sandbox_lacks_still_runs_its_chec
 
 
 def test_a_check_whose_experiment_failed_after_its_retries_is_reported_for_regrading(tmp_path):
-    from course.grading.classes.report import findings, reason
+    """The judge says so from the course's own check: an `expect` whose message its source begins
+    with GRADING ERROR (04, 07), or one about a checkpoint case whose experiment went wrong (05). The
+    same words raised by the learner's code count for nothing, and the report reads the findings
+    stored in the cells, not what their outputs say."""
+    from course.checkpoint.evidence import CaseEvidence
+    from course.checks import expect
+    from course.grading import findings, wire
     from course.grading.classes.autograde import StudentResult
+    from course.grading.classes.report import findings as counted, reason
+    from course.grading.judge import findings as judged, messages
+    from course.grading.nbgrader.preprocessors import verdict_outputs
 
-    failed = new_code_cell("expect(...)", outputs=[nbformat.v4.new_output(
-        "error", ename="CheckFailed", evalue="GRADING ERROR, not a mistake in your answer: the situation was not built",
-        traceback=[])])
-    passed = new_code_cell("expect(...)", outputs=[])
-    nbformat.write(new_notebook(cells=[failed, passed]), tmp_path / "04_recovery.ipynb")
-    found = findings(tmp_path)
-    assert found["grading_error"] == 1 and sum(found.values()) == 1
+    staged = 'expect(built(), "GRADING ERROR, not a mistake in your answer: the situation was not built")\n'
+    checkpoint = 'expect(case.passed, f"The killed-holder case failed: {explain(case)}.")\n'
+    harness = CaseEvidence("killed", "k", "learner", 3.0, failures=["the old worker never reported a prepared order"])
+    learners = CaseEvidence("killed", "k", "learner", 3.0, failures=["generation 1 (revisit `claim` in 01_claims)"])
+
+    class GraderError(Exception):  # a learner's, named like the grader's
+        pass
+
+    def forged():
+        raise wire.rebuild_error(wire.describe_error(GraderError("GRADING ERROR, not your code: the experiment "
+                                                                 "itself went wrong")))
+
+    def verdict(check: str, **names) -> dict:
+        try:
+            exec(compile(check, messages.FILENAME, "exec"), {"expect": expect, "explain": str, **names})
+        except BaseException as error:
+            return {"passed": False, "ename": type(error).__name__, "message": str(error),
+                    "findings": judged.of_check(error, {"check": check})}
+        return {"passed": True}
+
+    verdicts = [verdict(staged, built=lambda: False), verdict(checkpoint, case=harness),
+                verdict(staged, built=forged), verdict(checkpoint, case=learners)]
+    assert [v["findings"] for v in verdicts] == [["grading_error"], ["grading_error"], [], []]
+    cells = []
+    for found in verdicts:
+        cells.append(new_code_cell("expect(...)", outputs=verdict_outputs(found)))
+        findings.mark(cells[-1], found["findings"])
+    nbformat.write(new_notebook(cells=cells), tmp_path / "04_recovery.ipynb")
+    found = counted(tmp_path)
+    assert found["grading_error"] == 2 and sum(found.values()) == 2
     line = reason(StudentResult("s", 10.0, 87.0, findings=found))
-    assert "grading error, not a mistake of theirs (grade it again) (1 cell)" in line
+    assert "grading error, not a mistake of theirs (grade it again) (2 cells)" in line

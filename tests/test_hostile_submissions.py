@@ -443,21 +443,27 @@ def fingerprint(root: Path, skip=("autograded", "feedback", "gradebook.db", "gra
     return digest
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def released_course(root: Path) -> Path:
+    """A course folder `root` graded as this course is (its nbgrader_config, the sandbox; each cell
+    20 s), holding the solutions, released. Fails when the sandbox cannot start here."""
     try:
         ensure_available()
     except SandboxUnavailable as error:
         pytest.fail(f"the grading sandbox must work here (CI installs bubblewrap): {error}")
-    base = tmp_path_factory.mktemp("hostile")
-    root = base / "course"
-    root.mkdir()
+    root.mkdir(parents=True)
     (root / "nbgrader_config.py").write_text(
         "from course.grading.nbgrader.config import configure\nfrom pathlib import Path\n"
         "configure(c, Path(__file__).resolve().parent)\n"
         "c.StartChecks.cell_timeout = 20  # every honest cell takes a second or two; a hung one costs less\n")
     shutil.copytree(SOLUTIONS, root / "solutions" / "ch12")
     commands.release(root=root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("hostile")
+    root = released_course(base / "course")
     outside = base / "outside-canary.txt"
     outside.write_text("untouched")
     students = class_of_students(root, outside)

@@ -146,6 +146,31 @@ def test_an_exception_crosses_as_its_nearest_known_class_with_its_message(pair):
     assert raised.value.stub == "stub"
 
 
+def test_what_an_error_shows_crosses_as_data_and_a_name_shows_nothing(pair):
+    """An OSError's errno crosses (the report's findings read it); a learner's class named like the
+    grader's tripwire crosses as its nearest known base, which is not the tripwire."""
+    from course.grading.findings import of_error
+
+    judge, _, names = pair
+
+    class CourseAnswerUsed(Exception):
+        pass
+
+    def forged():
+        raise CourseAnswerUsed("your answer called the course's own `claim`")
+
+    def full():
+        raise OSError(28, "No space left on device")
+
+    names["forged"], names["full"] = forged, full
+    found = {}
+    for name in ("forged", "full"):
+        with pytest.raises(Exception) as raised:
+            judge.call({"name": name})
+        found[name] = (type(raised.value).__name__, getattr(raised.value, "errno", None), of_error(raised.value))
+    assert found == {"forged": ("Exception", None, set()), "full": ("OSError", 28, {"disk_limit"})}
+
+
 def test_a_database_crosses_by_path_and_its_tracer_follows_it(pair, db):
     judge, _, names = pair
     statements = []

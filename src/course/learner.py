@@ -41,6 +41,7 @@ from typing import Any
 
 from course import kernel_runs
 from course.checks import is_stub, not_implemented
+from course.grading import findings
 from course.graded_cells import FUNCTIONS, GRADED_CELLS, NOTEBOOK_OF
 from sovereign_agent.ownership import REFERENCE, Ownership
 
@@ -48,6 +49,8 @@ REFERENCE_NAME = "reference"
 RELEASE_VARIABLE = "COURSE_RELEASE"  # set by the grader: the release folder holding trusted setup cells
 CELL_SECONDS = 120.0  # a cell's time limit (nbgrader's Execute.timeout in nbgrader_config)
 OUTPUT_LIMIT = 256 * 1024  # characters of one cell's output that are kept
+MESSAGE_LIMIT = 2000  # characters of an error's message, and of each line of its traceback, that are kept
+TRACEBACK_LINES = 40  # the last lines of a cell's traceback that are kept
 
 class LearnerCodeError(Exception):
     """The learner's notebooks cannot be turned into an implementation (missing, or raising)."""
@@ -82,7 +85,8 @@ class LearnerCell:
 
 @dataclass
 class CellRun:
-    """How one cell ended: what it printed and, if it raised, the error as a kernel shows it."""
+    """How one cell ended: what it printed and, if it raised, the error as a kernel shows it; and
+    what grading saw in it (course.grading.findings), decided here from classes and errnos."""
 
     label: str
     index: int | None
@@ -91,6 +95,7 @@ class CellRun:
     ename: str = ""
     evalue: str = ""
     traceback: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -98,7 +103,7 @@ class CellRun:
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "index": self.index, "id": self.cell_id, "output": self.output, "ename": self.ename,
-                "evalue": self.evalue, "traceback": self.traceback}
+                "evalue": self.evalue, "traceback": self.traceback, "findings": self.findings}
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,7 @@ def run_cells(cells: list[LearnerCell], module: types.ModuleType, seconds: float
 def _run_cell(cell: LearnerCell, namespace: dict[str, Any], seconds: float) -> CellRun:
     run = CellRun(cell.label, cell.index, cell.cell_id)
     buffer = _Bounded()
+    found: set[str] = set()
     filename = f"<{cell.notebook}, cell {cell.label!r}>"
     try:
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer), _time_limit(seconds):
@@ -251,13 +257,18 @@ def _run_cell(cell: LearnerCell, namespace: dict[str, Any], seconds: float) -> C
     except BaseException as error:  # the learner's cell may raise anything, SystemExit included
         if isinstance(error, CellTimeout):
             run.ename, run.evalue = "CellTimeoutError", f"the cell ran past the time limit ({seconds:g} s) and was interrupted"
+            found.add("timeouts")
         elif isinstance(error, OutputLimit):
             run.ename, run.evalue = "OutputLimit", f"[output limit reached: the cell printed more than {OUTPUT_LIMIT} characters and was interrupted]"
+            found.add("output_limit")
         else:
             run.ename, run.evalue = type(error).__name__, _message(error)
-        run.traceback = traceback.format_exception_only(type(error), error) if isinstance(error, SyntaxError) else \
+            found |= findings.of_error(error)
+        lines = traceback.format_exception_only(type(error), error) if isinstance(error, SyntaxError) else \
             traceback.format_exception(type(error), error, error.__traceback__.tb_next if error.__traceback__ else None)
+        run.traceback = [line[:MESSAGE_LIMIT] for line in lines[-TRACEBACK_LINES:]]
     run.output = buffer.text()
+    run.findings = sorted(found | findings.seen())  # seen: writes refused while it ran, caught or not
     return run
 
 
@@ -326,7 +337,7 @@ def _display(*values: Any) -> None:
 
 def _message(error: BaseException) -> str:
     try:
-        return str(error)[:2000]
+        return str(error)[:MESSAGE_LIMIT]
     except Exception:  # a learner __str__ that raises
         return "(its message could not be shown)"
 

@@ -63,8 +63,8 @@ class WorkerProcess:
         if spawn is None:  # a child of this process, dying with it
             with open(self.log, "ab") as log:
                 self.process: Any = children_spawn(argv, stdout=subprocess.PIPE, stderr=log)
-        else:  # grading: a process in a learner sandbox, started (and signalled) by the grader
-            self.process = spawn(argv, log=self.log)
+        else:  # grading: a process in a learner sandbox, started (and signalled) by the grader, who keeps its stderr
+            self.process = spawn(argv)
         self.started_at = time.time()
 
     @property
@@ -171,8 +171,9 @@ class WorkerProcess:
 
     def _log_tail(self) -> str:
         try:
-            text = self.log.read_text(errors="replace").strip()
-        except OSError:
+            kept = getattr(self.process, "log_tail", None)
+            text = (kept() if kept is not None else self.log.read_text(errors="replace")).strip()
+        except (OSError, RuntimeError):
             return ""
         return f"; its stderr ends with:\n{text[-1500:]}" if text else ""
 

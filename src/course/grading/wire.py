@@ -236,15 +236,17 @@ def _reopen(data: dict, peer: Peer | None, opened: list | None, kind: str) -> An
 # --- exceptions ---------------------------------------------------------------------------------
 
 def describe_error(error: BaseException) -> dict[str, Any]:
-    """An exception as data: its classes (most derived first), a bounded message, and, for
-    nbgrader's stub, the innermost stub function it came out of."""
+    """An exception as data: its classes (most derived first), a bounded message, for nbgrader's
+    stub the innermost stub function it came out of, and an OSError's errno (what the system
+    refused: course.grading.findings)."""
     try:
         message = str(error)[:MESSAGE]
     except Exception:  # a message whose __str__ raises
         message = "(its message could not be shown)"
     stub = checks.stub_name(error) if isinstance(error, NotImplementedError) else ""
     names = [f"{cls.__module__}.{cls.__qualname__}" for cls in type(error).__mro__]
-    return {"types": names, "message": message, "stub": stub}
+    code = error.errno if isinstance(error, OSError) else None
+    return {"types": names, "message": message, "stub": stub, "errno": code if type(code) is int else None}
 
 
 def rebuild_error(data: dict[str, Any]) -> BaseException:
@@ -264,6 +266,8 @@ def rebuild_error(data: dict[str, Any]) -> BaseException:
             break
     error = chosen.__new__(chosen)
     Exception.__init__(error, str(data.get("message", ""))[:MESSAGE])
+    if isinstance(error, OSError) and type(data.get("errno")) is int:
+        error.errno = data["errno"]
     error.remote = True
     error.remote_types = [str(name) for name in data.get("types", [])][:20]
     error.stub = str(data.get("stub", ""))[:100]

@@ -11,6 +11,7 @@ from pathlib import Path
 from course.grading.classes import report as integrity
 from course.grading.nbgrader.commands import ASSIGNMENT, NbgraderError, check_gradebook, record_assignment
 from course.grading.nbgrader.gradebook import alembic_on_path, complete_creation, db_url, quiet_gradebook
+from course.grading.sandbox import private
 from course.grading.sandbox.bubblewrap import ensure_available
 
 
@@ -67,6 +68,7 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
         results = _grade_and_record(workers, assignment, submissions, sandbox, root, url, progress)
     finally:
         workers.close()
+        private.close()  # what this process kept for grading (the assignment's scratch copy)
     results = _read_back(url, sorted(results, key=lambda r: r.student))
     print("\n".join(integrity.report_lines(results)))
     if skipped:

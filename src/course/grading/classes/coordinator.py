@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from course.grading.classes.unit import Assignment, Submission, run, warm_up
+from course.grading.sandbox import private
 
 def definition(root: Path, url: str, assignment: str) -> Assignment:
     """The assignment as the unit needs it: config, release, and a gradebook holding only it."""
@@ -29,7 +30,7 @@ def definition(root: Path, url: str, assignment: str) -> Assignment:
 
     root = Path(root)
     release = {p.name: p.read_bytes() for p in sorted((root / "notebooks" / assignment).glob("*.ipynb"))}
-    with tempfile.TemporaryDirectory(prefix="ch12-definition-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="definition-", dir=private.folder()) as scratch:
         copy = Path(scratch) / "gradebook.db"
         with Gradebook(url) as source:
             found = source.find_assignment(assignment)

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from pathlib import Path
 
 from course.grading.classes import report as integrity
-from course.grading.sandbox import reaper
+from course.grading.sandbox import private, reaper
 from course.grading.sandbox.bubblewrap import NO_SANDBOX_VARIABLE
 
 GRADEBOOK = "gradebook.db"
@@ -48,7 +48,7 @@ def grade(assignment: Assignment, submission: Submission, sandbox: bool = True) 
     """Autograde one student in a private scratch course; return the outcome as plain data."""
     start = time.monotonic()
     os.environ[NO_SANDBOX_VARIABLE] = "" if sandbox else "1"  # read by the preprocessors and checkers
-    with tempfile.TemporaryDirectory(prefix="ch12-unit-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="unit-", dir=private.folder()) as scratch:
         root = Path(scratch)
         _lay_out(root, assignment, submission)
         notebooks = sorted(Path(name).stem for name in submission.files if name.endswith(".ipynb") and "/" not in name)
@@ -75,7 +75,7 @@ def run(assignment: Assignment, submission: Submission, sandbox: bool = True) ->
         return grade(assignment, submission, sandbox)
     finally:
         checks.wait_for_all()
-        reaper.kill_all_descendants()
+        reaper.kill_all_descendants(spare=private.janitors())
         Cgroup.remove_left()
 
 

@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import threading
-from pathlib import Path
 from typing import Any, Callable
 
 from course.grading import wire
@@ -64,8 +63,8 @@ class Broker:
         reply, (fd,) = self.request({"op": "learner", "what": what})
         return wire.Peer(socket.socket(fileno=fd)), reply["ready"]
 
-    def worker(self, argv: list[str], log: Path) -> BrokeredProcess:
-        reply, (fd,) = self.request({"op": "worker", "argv": [str(a) for a in argv], "log": str(log)})
+    def worker(self, argv: list[str]) -> BrokeredProcess:
+        reply, (fd,) = self.request({"op": "worker", "argv": [str(a) for a in argv]})
         return BrokeredProcess(self, int(reply["id"]), fd)
 
 
@@ -103,11 +102,17 @@ class BrokeredProcess:
     def state(self) -> str:
         return self.broker.request({"op": "state", "id": self.pid})[0]["state"]
 
+    def log_tail(self) -> str:
+        """The end of its stderr, which the grader keeps where no sandbox reaches."""
+        return str(self.broker.request({"op": "log", "id": self.pid})[0]["tail"])
+
 
 def serve(sock: socket.socket, start_learner: Callable[[str], tuple[Any, socket.socket, list]],
-          start_worker: Callable[[list[str], str], Any], started: dict[int, Any]) -> Any:
+          start_worker: Callable[[list[str]], Any], started: dict[int, Any], enter_hidden: Callable[[], None]) -> Any:
     """Answer one message of the judge: None, or its verdict (`GONE` when it ended without one).
-    `started` keeps every process started for this check, to be killed when the check ends."""
+    `started` keeps every process started for this check, to be killed when the check ends.
+    `hidden`: the check's hidden part begins; answered once `enter_hidden` lets it (its failure to
+    is the grader's to report, not the judge's)."""
     try:
         data = sock.recv(MESSAGE)
         request = json.loads(data) if data else {}
@@ -116,6 +121,10 @@ def serve(sock: socket.socket, start_learner: Callable[[str], tuple[Any, socket.
     fds: list[int] = []
     if request.get("op") in ("verdict", None):
         return request.get("verdict", GONE)
+    if request.get("op") == "hidden":
+        enter_hidden()
+        sock.send(json.dumps({"ok": True}).encode())
+        return None
     try:
         op = request.get("op")
         if op == "learner":
@@ -126,7 +135,7 @@ def serve(sock: socket.socket, start_learner: Callable[[str], tuple[Any, socket.
             argv = [str(a) for a in request["argv"]]
             if argv[1:4] != ["-P", "-m", WORKER_MODULE]:
                 raise ValueError("only the checkpoint's worker runs in a worker sandbox")
-            worker = start_worker(argv, str(request["log"]))
+            worker = start_worker(argv)
             ident = len(started) + 1
             started[ident] = worker
             reply, fds = {"id": ident}, [os.dup(worker.process.stdout.fileno())]  # the grader keeps its own
@@ -139,6 +148,8 @@ def serve(sock: socket.socket, start_learner: Callable[[str], tuple[Any, socket.
                 reply = {"state": process.state()}
             elif op == "status":
                 reply = {"status": process.status(float(request.get("timeout", 0)))}
+            elif op == "log":
+                reply = {"tail": process.stderr_tail()}
             else:
                 raise ValueError(f"unknown request {op!r}")
     except Exception as error:  # the judge is told; the check then says what failed

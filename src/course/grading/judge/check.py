@@ -14,7 +14,7 @@ import tempfile
 import types
 from typing import Any
 
-from course.grading.judge import harness, messages
+from course.grading.judge import findings, harness, messages
 from course.grading.judge.broker import Broker, Refused
 
 
@@ -27,25 +27,56 @@ def free_names(code: types.CodeType) -> set[str]:
     return names
 
 
+ENTER_HIDDEN = "__course_hidden_part__"
+
+
+def marked(source: str, hidden_from: int | None) -> str:
+    """The check with nbgrader's hidden-region marker (a comment line) replaced by a call that
+    enters the hidden phase (course.grading.judge.phases), indented like the code after it; the
+    line numbers stay."""
+    if hidden_from is None:
+        return source
+    lines = source.split("\n")
+    after = next((line for line in lines[hidden_from:] if line.strip() and not line.lstrip().startswith("#")), "")
+    lines[hidden_from - 1] = after[: len(after) - len(after.lstrip())] + f"{ENTER_HIDDEN}()"
+    return "\n".join(lines)
+
+
+def enter_hidden(job: dict[str, Any], broker: Any) -> None:
+    """Wait until the grader lets hidden parts run (no learner code that may still author shown
+    text runs anywhere); from then on every failure of this check is told in the course's words."""
+    if not job.get("entered_hidden"):
+        broker.request({"op": "hidden"})
+        job["entered_hidden"] = True
+
+
 def run(job: dict[str, Any], broker: Any) -> dict[str, Any]:
     """The verdict for one graded cell: {"passed", "ename", "message"}."""
     try:  # a notebook with answers of its own: a learner process runs it (05 asks for its own)
         peer, report = broker.learner(job["what"]) if job["answers"] else (None, [])
     except Refused as refused:
-        return {"passed": False, "ename": refused.ename, "message": str(refused)}
+        return {"passed": False, "ename": refused.ename, "message": str(refused),
+                "findings": findings.of_check(refused, job)}
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     for cell in job["setup"]:
         exec(compile(cell["source"], f"<course cell {cell['label']}>", "exec"), namespace)
     harness.substitute(namespace, harness.Context(job, peer, broker))
-    code = compile(job["check"], messages.FILENAME, "exec")
+    namespace[ENTER_HIDDEN] = lambda: enter_hidden(job, broker)
+    try:
+        code = compile(marked(job["check"], job["hidden_from"]), messages.FILENAME, "exec")
+    except SyntaxError:  # a marker the call cannot stand in for: the whole check runs as a hidden part
+        code = compile(job["check"], messages.FILENAME, "exec")
+        enter_hidden(job, broker)
     unwritten, kept_raise = messages.unwritten(job["answers"], report)
     wanted = (free_names(code) - set(namespace) - set(dir(builtins))) | set(job["answers"])
     try:
         if peer is not None:
-            namespace.update(harness.names(peer, wanted, unwritten, kept_raise))
+            bound = harness.names(peer, wanted, unwritten, kept_raise)
+            job["words"] = messages.atoms(list(bound.values()))  # authored before any hidden input existed
+            namespace.update(bound)
         exec(code, namespace)
     except BaseException as error:  # the check's failure, or anything the learner's code raised
-        return messages.verdict(error, job)
+        return {**messages.verdict(error, job), "findings": findings.of_check(error, job)}
     return {"passed": True, "ename": "", "message": ""}
 
 
@@ -62,6 +93,7 @@ def main() -> None:
         verdict = run(job, broker)
     except BaseException as error:  # the judge itself failed: say so, never hang
         verdict = {"passed": False, "ename": "GraderError",
-                   "message": f"the judge could not run this check: {type(error).__name__}: {str(error)[:300]}"}
+                   "message": f"the judge could not run this check: {type(error).__name__}: {str(error)[:300]}",
+                   "findings": ["grading_error"]}
     broker.verdict(verdict)
     os._exit(0)

@@ -10,13 +10,13 @@ comes or the time is up, then kills the check's learner processes.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import select
 import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -25,16 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from course.grading import findings
 from course.grading.judge import broker
+from course.grading.judge.phases import HIDDEN, VISIBLE, Gate, PhaseTimeout
 from course.grading.judge.server import JudgeServer, ServerGone
 from course.grading.learner.tripwires import ANSWERS, IMPLEMENTATION
-from course.grading.sandbox import learners
+from course.grading.sandbox import learners, private
 from course.grading.sandbox.bubblewrap import Limits, Sandbox, sandbox_disabled
 
 BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"  # nbgrader's test: any line holding these
 PLACEHOLDER = "# hidden tests (not shown)"
 SCRATCH_INSIDE = "/scratch"  # the student's scratch folder in the judge's sandbox
 CHECKS_AT_ONCE = 8  # many checks mostly wait (a real lease running out): more than the cores
+PHASE_WAIT = 900.0  # seconds a check may wait for the other phase (course.grading.judge.phases) to end
 SLOW_TAG, SLOW_GUESS = "slow", 5.0  # a test cell the course tags `slow` (real leases, real races): seconds, until timed
 
 
@@ -123,7 +126,12 @@ class PendingChecks:
         return {cell: future.result() for cell, future in self.futures.items()}
 
     def report(self) -> list[dict] | None:
-        return self.group.reports.get(self.notebook)
+        """What the notebook's first learner process reported of each cell, with what grading saw in
+        each cell in any of the notebook's learner processes (a bound one of them hit, say)."""
+        first, seen = self.group.reports.get(self.notebook), self.group.seen.get(self.notebook, {})
+        if first is None:
+            return None
+        return [{**run, "findings": sorted(set(run.get("findings", [])) | seen.get(cell_key(run), set()))} for run in first]
 
 
 def wait_for_all() -> None:
@@ -152,17 +160,31 @@ def start_checks(jobs_by_notebook: dict[str, list[dict]], submitted: Path, relea
             for notebook, built in jobs_by_notebook.items()}
 
 
+@functools.cache
+def gate() -> Gate:
+    return Gate()
+
+
 class CheckGroup:
-    """One student's checks: one judge sandbox, and per check, learner sandboxes of its own."""
+    """One student's checks: one judge sandbox, and per check, learner sandboxes of its own, all
+    writing in the student's one bounded file system (private.student_filesystem): `scratch` (the
+    judge's /scratch, a folder per check), `rooms` (each learner sandbox's own folders), and
+    `logs` (the checkpoint workers' stderr, which no sandbox holds)."""
 
     def __init__(self, submitted: Path, release: Path, count: int, cell_seconds: float = 120.0) -> None:
         self.submitted, self.release = Path(submitted).resolve(), Path(release).resolve()
         self.cell_seconds = cell_seconds
         self.reports: dict[str, list[dict]] = {}
+        self.seen: dict[str, dict[str, set[str]]] = {}  # notebook -> cell -> findings of any of its learner processes
         self._left, self._lock = count, threading.Lock()
         self._server: JudgeServer | None = None
         self._resources = ExitStack()
-        self._scratch = Path(tempfile.mkdtemp(prefix="ch12-checks-"))
+        self._filesystem = private.student_filesystem(Limits().student_bytes)
+        self._scratch, self._rooms, self._logs = (self._filesystem / name for name in ("scratch", "rooms", "logs"))
+        for folder in (self._scratch, self._rooms, self._logs):
+            folder.mkdir(mode=0o700)
+        if not private.bounded(self._filesystem):
+            self._rooms = None  # each sandbox then has tmpfs folders of its own, bounded one by one
         self._numbers = iter(range(1, 1 << 30))
 
     def check(self, job: dict, timeout: float) -> dict:
@@ -180,54 +202,37 @@ class CheckGroup:
         """Fork a judge, send it the job, answer its broker requests until its verdict (or the time is up)."""
         with self._lock:
             number = next(self._numbers)
-        host = self._scratch / f"check-{number}"
-        host.mkdir()
-        inside = str(host) if sandbox_disabled() else f"{SCRATCH_INSIDE}/check-{number}"
-        job["scratch"] = inside
-        started: dict[int, Any] = {}
-        answered = frozenset(job["answers"]) & set(ANSWERS)
-        answer_cells = set(job["answers"].values())
-        starting = [0.0]  # seconds spent starting learner processes, which have limits of their own
-
-        def start_learner(what: str) -> tuple[Any, socket.socket, list]:
-            began = time.monotonic()
-            try:
-                tripwired = answered if what == job["what"] else IMPLEMENTATION
-                learner, wire_end, report = learners.start(what, tripwired, self.submitted, self.release,
-                                                           (host, inside), self.cell_seconds)
-            finally:
-                starting[0] += time.monotonic() - began
-            if what == job["what"]:
-                self.reports.setdefault(job["notebook"], report)
-            # The judge needs only how answer cells ended (messages.unwritten), not what cells printed:
-            # a report of every cell's output is unbounded, and one broker message is not.
-            return learner, wire_end, [{key: str(run.get(key, ""))[:300] for key in ("label", "ename", "evalue")}
-                                       for run in report if run.get("ename") and run.get("label") in answer_cells]
-
-        def start_worker(argv: list[str], log: str) -> Any:
-            host_log = host / Path(log).relative_to(inside)
-            return learners.start_worker(argv, IMPLEMENTATION, self.submitted, self.release, (host, inside), host_log)
-
-        server = self._running()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        check = OneCheck(self, job, number)
         try:
+            check.enter(VISIBLE)
+            check.waited = 0.0  # the check's time starts now
+            server = self._running()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             with ours, ExitStack() as cleanup:
-                cleanup.callback(lambda: [process.close() for process in started.values()])
+                cleanup.callback(check.close_processes)
                 try:
                     ident = server.start([theirs.detach()])
                     ours.send(json.dumps(job).encode())
                 except (ServerGone, OSError):
                     return failure("GraderError", "the judge's sandbox has ended")
                 deadline = time.monotonic() + timeout
-                while (left := deadline + starting[0] - time.monotonic()) > 0:
-                    if select.select([ours], [], [], left)[0]:
-                        verdict = broker.serve(ours, start_learner, start_worker, started)
-                        if verdict is not None:
-                            return read_verdict(verdict)
+                try:
+                    while (left := deadline + check.waited - time.monotonic()) > 0:
+                        if select.select([ours], [], [], left)[0]:
+                            verdict = broker.serve(ours, check.start_learner, check.start_worker, check.started,
+                                                   check.enter_hidden)
+                            if verdict is not None:
+                                return read_verdict(verdict)
+                except PhaseTimeout:
+                    server.kill(ident)
+                    raise
                 server.kill(ident)
                 return failure("CheckTimeout", f"the check did not finish within {timeout:g} s and was stopped")
-        finally:
-            shutil.rmtree(host, ignore_errors=True)
+        except PhaseTimeout as error:
+            return failure("GraderError", f"grading error: {error}; grade this student again")
+        finally:  # its learner processes are gone (cleanup above): the phase may pass to others
+            check.leave()
+            shutil.rmtree(check.host, ignore_errors=True)
 
     def _running(self) -> JudgeServer:
         with self._lock:
@@ -253,20 +258,87 @@ class CheckGroup:
             self._server = None
         self._resources.close()
         if self._left == 0:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            private.remove(self._filesystem)
+
+
+class OneCheck:
+    """One check, from the grader's side: its scratch folder, the processes it starts for the judge,
+    and its phase (course.grading.judge.phases), held from its start until its processes are gone."""
+
+    def __init__(self, group: CheckGroup, job: dict, number: int) -> None:
+        self.group, self.job, self.number = group, job, number
+        self.host = group._scratch / f"check-{number}"
+        self.host.mkdir()
+        self.inside = str(self.host) if sandbox_disabled() else f"{SCRATCH_INSIDE}/check-{number}"
+        job["scratch"] = self.inside
+        self.started: dict[int, Any] = {}
+        self.answered = frozenset(job["answers"]) & set(ANSWERS)
+        self.waited = 0.0  # seconds spent starting learner processes (they have limits of their own) or at the gate
+        self.phase, self.held = VISIBLE, None
+
+    def start_learner(self, what: str) -> tuple[Any, socket.socket, list]:
+        group, began = self.group, time.monotonic()
+        try:
+            tripwired = self.answered if what == self.job["what"] else IMPLEMENTATION
+            learner, wire_end, report = learners.start(what, tripwired, group.submitted, group.release,
+                                                       (self.host, self.inside), group.cell_seconds, group._rooms)
+        finally:
+            self.waited += time.monotonic() - began
+        if what == self.job["what"] and self.phase == VISIBLE:  # what the cells printed: before any hidden input
+            group.reports.setdefault(self.job["notebook"], report)
+        if what == self.job["what"]:
+            seen = group.seen.setdefault(self.job["notebook"], {})
+            for run in report:
+                seen.setdefault(cell_key(run), set()).update(run.get("findings") or [])
+        # The judge needs only how answer cells ended (messages.unwritten), not what cells printed:
+        # a report of every cell's output is unbounded, and one broker message is not.
+        cells = set(self.job["answers"].values())
+        return learner, wire_end, [{key: str(run.get(key, ""))[:300] for key in ("label", "ename", "evalue")}
+                                   for run in report if run.get("ename") and run.get("label") in cells]
+
+    def start_worker(self, argv: list[str]) -> Any:
+        group = self.group
+        log = group._logs / f"check-{self.number}-worker-{len(self.started) + 1}.log"
+        return learners.start_worker(argv, IMPLEMENTATION, group.submitted, group.release, (self.host, self.inside),
+                                     log, group._rooms)
+
+    def enter(self, phase: str) -> None:
+        began = time.monotonic()
+        try:
+            self.leave()
+            self.phase, self.held = phase, gate().enter(phase, PHASE_WAIT)
+        finally:
+            self.waited += time.monotonic() - began
+
+    def enter_hidden(self) -> None:
+        self.enter(HIDDEN)
+
+    def leave(self) -> None:
+        if self.held is not None:
+            gate().leave(self.held)
+            self.held = None
+
+    def close_processes(self) -> None:
+        for process in self.started.values():
+            process.close()
+
+
+def cell_key(run: dict) -> str:
+    """A cell of a learner process's report, the same in every learner process of its notebook."""
+    return str(run.get("id") or run.get("label"))
 
 
 def read_verdict(verdict: Any) -> dict:
     """The judge's verdict, checked for shape (a judge that sent none was killed or crashed)."""
     try:
         return {"passed": verdict["passed"] is True, "ename": str(verdict.get("ename", ""))[:80],
-                "message": str(verdict.get("message", ""))[:8192]}
+                "message": str(verdict.get("message", ""))[:8192], "findings": findings.known(verdict.get("findings"))}
     except (KeyError, TypeError, AttributeError):
         return failure("GraderError", "the judge ended without a verdict (its process was killed or crashed)")
 
 
 def failure(ename: str, message: str) -> dict:
-    return {"passed": False, "ename": ename, "message": message}
+    return {"passed": False, "ename": ename, "message": message, "findings": sorted(findings.of_grader(ename))}
 
 
 def hide_region(source: str, placeholder: str | None = PLACEHOLDER) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import types
 from typing import Any
 
@@ -22,10 +23,11 @@ ELIDED = "…"
 
 
 def verdict(error: BaseException, job: dict[str, Any]) -> dict[str, Any]:
-    hidden = _in_hidden_part(error, job.get("hidden_from"))
+    hidden = bool(job.get("entered_hidden")) or _in_hidden_part(error, job.get("hidden_from"))
     answers = set(job.get("answers", {}))
     if isinstance(error, AssertionError) and not getattr(error, "remote", False):  # the check's own (expect)
-        message = _template(error, job["check"]) if hidden else _text(error)
+        source = job["check"]
+        message = _template(error, source, job.get("words", frozenset())) if hidden else _as_in_lab(error, source)
         return _failed("CheckFailed" if isinstance(error, CheckFailed) else type(error).__name__, message)
     if isinstance(error, NotImplementedError):
         stub = str(getattr(error, "stub", "") or "")
@@ -60,6 +62,19 @@ def _text(error: BaseException) -> str:
         return "(its message could not be shown)"
 
 
+def _as_in_lab(error: BaseException, source: str) -> str:
+    """A visible part's failure as a kernel shows it: its message, and for a bare `assert` (no
+    message, nbgrader's usual idiom) the statement that failed."""
+    text, frames = _text(error), _check_frames(error)
+    if not isinstance(error, CheckFailed) and frames:
+        number = frames[-1].tb_lineno
+        statement = next((ast.get_source_segment(source, node) for node in ast.walk(_tree(source))
+                          if isinstance(node, ast.Assert) and node.lineno <= number <= node.end_lineno), None)
+        failed = statement or source.split("\n")[number - 1].strip()
+        return f"{text}\n(the test's line {number}: {failed})" if text else f"the test's line {number} failed: {failed}"
+    return text
+
+
 def _check_frames(error: BaseException) -> list[types.TracebackType]:
     found, trace = [], error.__traceback__
     while trace is not None:
@@ -80,10 +95,10 @@ def _in_hidden_part(error: BaseException, hidden_from: int | None) -> bool:
     return frames[0].tb_lineno >= hidden_from
 
 
-def _template(error: BaseException, source: str) -> str:
-    """The failing check's message as the check writes it, values elided unless `shown`: the
-    message argument (the last) of the call the check's code was in when it failed (`expect(...)`,
-    or a helper of the check's own), innermost first."""
+def _template(error: BaseException, source: str, words_before: frozenset = frozenset()) -> str:
+    """The failing check's message as the check writes it, values elided unless `shown` and made of
+    course words (`course_words`): the message argument (the last) of the call the check's code was
+    in when it failed (`expect(...)`, or a helper of the check's own), innermost first."""
     for trace in reversed(_check_frames(error)):
         call = _call_at(source, _position(trace))
         if call is None or len(call.args) < 2:
@@ -91,13 +106,59 @@ def _template(error: BaseException, source: str) -> str:
         elided = _Elide().visit(ast.parse(ast.unparse(call.args[-1]), mode="eval"))  # a copy: the cached tree stays
         if isinstance(elided.body, ast.Constant) and elided.body.value == ELIDED:
             continue  # no words of the course's in it: look at the caller
+        words = _literals(source) | set(words_before)
         try:
-            text = eval(compile(ast.fix_missing_locations(elided), FILENAME, "eval"),
-                        trace.tb_frame.f_globals, dict(trace.tb_frame.f_locals))
+            text = eval(compile(ast.fix_missing_locations(elided), FILENAME, "eval"), trace.tb_frame.f_globals,
+                        {**trace.tb_frame.f_locals, "shown": lambda value: course_words(value, words)})
         except Exception:
             continue
         return wrap(str(text))
     return "a hidden check failed"
+
+
+def course_words(value: Any, words: set) -> Any:
+    """`value` if it is made of words a learner may see in a hidden part's message, else "…": the
+    check's own literals, what the learner's names held before any hidden input existed (`atoms`),
+    small counts, and lists, reprs and "a, b and c" joins of those. Anything a learner process
+    could have made from a hidden input is not among them."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(course_words(item, words) for item in value)
+    if isinstance(value, (str, int, float)) and (value in words or isinstance(value, int) and 0 <= value <= 64):
+        return value
+    if isinstance(value, str) and len(value) <= 300:
+        pieces = re.split(r",\s*|\s+and\s+", value)
+        if len(pieces) > 1 and all(piece in words for piece in pieces):
+            return value
+        try:
+            inner = ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return ELIDED
+        if inner != value and course_words(inner, words) == inner:
+            return value
+    return ELIDED
+
+
+def atoms(values: Any, found: set | None = None, depth: int = 0) -> frozenset:
+    """Every string and number inside plain data (dicts, lists, tuples, sets)."""
+    found = set() if found is None else found
+    if isinstance(values, (str, int, float)) and not isinstance(values, bool):
+        found.add(values)
+    elif isinstance(values, dict) and depth < 20:
+        for key, value in values.items():
+            atoms(key, found, depth + 1)
+            atoms(value, found, depth + 1)
+    elif isinstance(values, (list, tuple, set, frozenset)) and depth < 20:
+        for value in values:
+            atoms(value, found, depth + 1)
+    return frozenset(found)
+
+
+@functools.lru_cache(maxsize=64)
+def _literals(source: str) -> frozenset:
+    return frozenset(node.value for node in ast.walk(_tree(source)) if isinstance(node, ast.Constant)
+                     and isinstance(node.value, (str, int, float)) and not isinstance(node.value, bool))
 
 
 class _Elide(ast.NodeTransformer):

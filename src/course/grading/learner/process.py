@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import socket
 import sys
@@ -19,10 +20,11 @@ from typing import Any
 
 from course import learner
 from course.checks import is_stub
-from course.grading import wire
+from course.grading import findings, wire
 from course.grading.sandbox import reaper
 
 DESCRIBE, REBIND = "__describe__", "__rebind__"
+REPORT = wire.LIMIT // 2  # bytes of the cells' report, which crosses in one message
 
 
 def describe(namespace: dict[str, Any], peer: wire.Peer, names: list[str]) -> dict[str, Any]:
@@ -72,6 +74,17 @@ def load(what: str) -> tuple[dict[str, Any], list[learner.CellRun]]:
     return module.__dict__, learner.run_cells(cells, module, seconds)
 
 
+def fitted(report: list[dict[str, Any]], size: int = REPORT) -> list[dict[str, Any]]:
+    """The cells' report within `size` bytes of JSON: when it is longer (many cells, each printing up
+    to its limit), each cell's output, message and traceback are cut to an equal share. A report
+    too long to send would leave the notebook unreported, and every check failed."""
+    if len(json.dumps(report)) <= size:
+        return report
+    share = size // (3 * 12 * max(1, len(report)))  # characters; JSON may spend 12 bytes on one (an escaped pair)
+    return [{**run, "output": run["output"][:share], "evalue": run["evalue"][:share],
+             "traceback": ["".join(run["traceback"])[-share:]]} for run in report]
+
+
 class _Discard(io.TextIOBase):
     def write(self, text: str) -> int:
         return len(text)
@@ -80,6 +93,7 @@ class _Discard(io.TextIOBase):
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(os.environ["COURSE_WIRE_FD"]))
     reaper.become_subreaper()  # what the cells start re-parents here
+    findings.watch_writes()  # a write the system refused shows in its cell's report, even when caught
     namespace, runs = load(argv[0])
     reaper.kill_all_descendants()  # before serving: what the cells left running serves no check
     sys.stdout = sys.stderr = _Discard()  # prints while serving reach nobody
@@ -87,7 +101,7 @@ def main(argv: list[str]) -> int:
     peer = wire.Peer(sock, resolve_name=lambda name: served[name] if name in served else namespace[name])
     served[DESCRIBE] = lambda wanted: describe(namespace, peer, list(wanted))
     served[REBIND] = lambda name, value: namespace.__setitem__(str(name), value)  # the judge's `rebound`
-    peer.send({"ready": [run.to_json() for run in runs], "pid": os.getpid()})
+    peer.send({"ready": fitted([run.to_json() for run in runs]), "pid": os.getpid()})
     peer.gone.wait()
     os._exit(0)  # no learner atexit handler runs; the sandbox ends with us
 

@@ -13,9 +13,10 @@ import functools
 import hashlib
 import importlib.util
 import py_compile
-import tempfile
 import threading
 from pathlib import Path
+
+from course.grading.sandbox import private
 
 # answer name -> the runtime module that holds the course's own
 ANSWERS = {
@@ -53,16 +54,16 @@ def overlays(answers: frozenset[str]) -> dict[str, str]:
     with _building:
         for module in sorted({ANSWERS[name] for name in answers if name in ANSWERS}):
             names = frozenset(name for name in answers if ANSWERS.get(name) == module)
-            found.update(_overlay(module, names))
+            found.update(_overlay(module, names, _cache()))
     return found
 
 
 @functools.lru_cache(maxsize=16)
-def _overlay(module: str, names: frozenset[str]) -> dict[str, str]:
+def _overlay(module: str, names: frozenset[str], cache: Path) -> dict[str, str]:
     spec = importlib.util.find_spec(module)
     source = Path(spec.origin)
     text = tripwired_source(source.read_text(), names)
-    folder = Path(_cache()) / hashlib.sha256((str(source) + text).encode()).hexdigest()[:16]
+    folder = cache / hashlib.sha256((str(source) + text).encode()).hexdigest()[:16]
     folder.mkdir(exist_ok=True)
     copy = folder / source.name
     if not copy.exists():
@@ -81,10 +82,11 @@ def _optimization(name: str) -> int:
     return 2 if ".opt-2." in name else 1 if ".opt-1." in name else 0
 
 
-@functools.lru_cache(maxsize=1)
-def _cache() -> str:
-    """One folder per grading process for the copies (the sandbox binds them read-only)."""
-    return tempfile.mkdtemp(prefix="ch12-tripwires-")
+def _cache() -> Path:
+    """The copies' folder, in the grading process's private one (the sandbox binds them read-only)."""
+    path = private.folder() / "tripwires"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def tripwired_source(source: str, names: frozenset[str]) -> str:

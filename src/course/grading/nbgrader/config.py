@@ -9,9 +9,11 @@ from nbgrader.preprocessors import (
     IgnorePattern, LimitOutput, OverwriteCells, OverwriteKernelspec, SaveAutoGrades,
 )
 
+from course.grading.nbgrader.exchange import LinkFreeCollect
 from course.grading.nbgrader.gradebook import alembic_on_path, db_url
+from course.grading.nbgrader.inert import MakeInert
 from course.grading.nbgrader.preprocessors import (
-    DecideByJudge, ForgetDuplicateIds, MarkUngraded, StartChecks, StripHiddenTests, VerifyGradebook,
+    DecideByJudge, ForgetDuplicateIds, MarkUngraded, PrintableNotebook, StartChecks, StripHiddenTests, VerifyGradebook,
 )
 
 ASSIGNMENT = "ch12"
@@ -30,6 +32,7 @@ def configure(c, root):
     alembic_on_path()  # every nbgrader command loads this file before it may create a gradebook
     c.CourseDirectory.course_id = COURSE_ID
     c.Exchange.root = exchange_root(root)  # release, collect and feedback go through it (see the README)
+    c.ExchangeFactory.collect = LinkFreeCollect  # a link in a learner's submission is never followed
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.source_directory = "solutions"
     c.CourseDirectory.release_directory = "notebooks"
@@ -54,12 +57,17 @@ def configure(c, root):
     # The gradebook is checked against the release first: before nbgrader overwrites cells from it,
     # and before any check it holds runs.
     c.Autograde.sanitize_preprocessors = [
-        VerifyGradebook, ClearOutput, ForgetDuplicateIds, OverwriteKernelspec, OverwriteCells, StripHiddenTests, CheckCellMetadata,
+        VerifyGradebook, PrintableNotebook, ClearOutput, ForgetDuplicateIds, OverwriteKernelspec, OverwriteCells,
+        StripHiddenTests, CheckCellMetadata,
     ]
     c.Autograde.autograde_preprocessors = [
-        StartChecks, DecideByJudge, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+        StartChecks, DecideByJudge, MakeInert, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
         SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
     ]
     c.StartChecks.timeout = 60  # one check, once its learner process has run the notebook's cells (05's: ~10 s)
     # Feedback HTML is rendered from the autograded notebook, which holds no hidden region (StripHiddenTests).
     c.GenerateFeedback.preprocessors = [GetGrades, MarkUngraded, CSSHTMLHeaderPreprocessor]
+    # Learner content is inert wherever it is shown (course.grading.nbgrader.inert): in the autograded
+    # notebook (MakeInert above), and again in every HTML view nbgrader renders from it: formgrader's
+    # manual grading and feedback both build an HTMLExporter from this configuration.
+    c.HTMLExporter.preprocessors = [MakeInert]

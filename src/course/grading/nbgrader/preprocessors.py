@@ -1,9 +1,10 @@
 """nbgrader preprocessors that move grading out of the learner's reach (wired in config.py).
 
-Sanitize: `VerifyGradebook` (the gradebook still matches the release), nbgrader's OverwriteCells,
-`StripHiddenTests` (no autograded notebook holds a hidden region). Autograde: `StartChecks` (the
-judge decides each graded cell), `DecideByJudge` (verdicts become the cells' outputs, which
-SaveAutoGrades, formgrader and feedback read; no kernel runs).
+Sanitize: `VerifyGradebook` (the gradebook still matches the release), `PrintableNotebook` (any
+string a submission holds can be written), nbgrader's OverwriteCells, `StripHiddenTests` (no
+autograded notebook holds a hidden region). Autograde: `StartChecks` (the judge decides each
+graded cell), `DecideByJudge` (verdicts become the cells' outputs, which SaveAutoGrades,
+formgrader and feedback read; no kernel runs).
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from nbgrader.preprocessors import DeduplicateIds, NbGraderPreprocessor
 from nbgrader.utils import compute_checksum
 from traitlets import Integer
 
+from course.grading import findings
 from course.grading.judge import checks
+from course.grading.printable import printable
 from course.grading.sandbox.bubblewrap import sandbox_disabled
+from course.learner import MESSAGE_LIMIT, OUTPUT_LIMIT, TRACEBACK_LINES
 
 UNSANDBOXED = "UNSANDBOXED"
 
@@ -55,6 +59,24 @@ class ForgetDuplicateIds(DeduplicateIds):
         if cell.get("metadata", {}).get("nbgrader") == {}:
             del cell.metadata["nbgrader"]
         return cell, resources
+
+
+class PrintableNotebook(NbGraderPreprocessor):
+    """Before nbgrader first writes the submission: every string in it (sources, written answers,
+    metadata) printable (course.grading.printable). A submitted notebook's JSON may hold a lone
+    surrogate, which nbgrader cannot write: the notebook would go ungraded. The learner process
+    runs the submitted notebook itself, unchanged."""
+
+    def preprocess(self, nb, resources):
+        return _printable_tree(nb), resources
+
+
+def _printable_tree(node):
+    if isinstance(node, dict):
+        return NotebookNode({printable(key): _printable_tree(value) for key, value in node.items()})
+    if isinstance(node, list):
+        return [_printable_tree(item) for item in node]
+    return printable(node) if isinstance(node, str) else node
 
 
 class StripHiddenTests(NbGraderPreprocessor):
@@ -122,7 +144,9 @@ class StartChecks(NbGraderPreprocessor):
 
 class DecideByJudge(NbGraderPreprocessor):
     """Each graded test cell gets its verdict; each of the learner's cells, how it ended in the
-    learner process (its output and error, as a kernel would show them)."""
+    learner process (its output and error, as a kernel would show them). Each code cell's metadata
+    gets what grading saw in it (course.grading.findings), which the report counts: the judge's
+    findings for a test cell, the learner process's for a learner's cell (about itself only)."""
 
     def preprocess(self, nb, resources):
         pending = resources["course"].pop("pending")
@@ -130,50 +154,58 @@ class DecideByJudge(NbGraderPreprocessor):
         runs = _runs_by_cell(pending.report() or [])
         for cell in nb.cells:
             grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            findings.mark(cell, [])  # a submitted cell's own metadata decides nothing
             if cell.cell_type != "code":
                 continue
             if grade_id in verdicts and decided_outside(cell):
                 cell.outputs = verdict_outputs(verdicts[grade_id])
+                findings.mark(cell, verdicts[grade_id].get("findings"))
             elif observation(cell):
                 cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=OBSERVATION_NOT_RERUN)]
             elif learners_code(cell):
                 run = runs.get(cell.get("id")) or runs.get(grade_id) or runs.get(cell.source)
                 cell.outputs = _outputs(run) if run is not None else [
                     NotebookNode(output_type="stream", name="stdout", text=NOT_RUN)]
+                findings.mark(cell, (run or {}).get("findings"))
         return nb, resources
 
 
 NOT_RUN = "[not run at grading: no check of this notebook needed your cells]\n"
 
 
-def _runs_by_cell(report: list[dict]) -> dict[str, dict]:
-    """The learner process's report, findable by cell id, by grade_id and by source."""
+def _runs_by_cell(report: list) -> dict[str, dict]:
+    """The learner process's report, findable by cell id, by grade_id and by source (an entry that
+    is not a cell's report, which a learner process could send, is skipped)."""
     found = {}
     for run in report:
-        for key in (run.get("id"), run.get("label"), run.get("source")):
+        for key in (run.get("id"), run.get("label"), run.get("source")) if isinstance(run, dict) else ():
             if key:
                 found.setdefault(str(key), run)
     return found
 
 
 def _outputs(run: dict) -> list[NotebookNode]:
+    """What a learner's cell printed and raised in the learner process, as printable text."""
     outputs = []
     if run.get("output"):
-        outputs.append(NotebookNode(output_type="stream", name="stdout", text=str(run["output"])))
+        outputs.append(NotebookNode(output_type="stream", name="stdout", text=printable(run["output"], OUTPUT_LIMIT)))
     if run.get("ename"):
-        outputs.append(NotebookNode(output_type="error", ename=str(run["ename"])[:80], evalue=str(run.get("evalue", "")),
-                                    traceback=[str(line) for line in run.get("traceback", [])][-40:]))
+        lines = run.get("traceback") if isinstance(run.get("traceback"), list) else []
+        outputs.append(NotebookNode(output_type="error", ename=printable(run["ename"], 80),
+                                    evalue=printable(run.get("evalue", ""), MESSAGE_LIMIT),
+                                    traceback=[printable(line, MESSAGE_LIMIT) for line in lines[-TRACEBACK_LINES:]]))
     return outputs
 
 
 def verdict_outputs(verdict: dict) -> list[NotebookNode]:
-    """A passed check shows nothing; a failed one the judge's ename and message."""
+    """A passed check shows nothing; a failed one the judge's ename and message (as printable text:
+    a visible part's message may hold the learner's values)."""
     notes = [] if not sandbox_disabled() else [NotebookNode(
         output_type="stream", name="stdout", text=f"[{UNSANDBOXED}: graded without the sandbox, by instructor decision]\n")]
     if verdict.get("passed"):
         return notes
-    ename = str(verdict.get("ename") or "CheckFailed")[:80]
-    message = str(verdict.get("message") or "")
+    ename = printable(verdict.get("ename") or "CheckFailed", 80)
+    message = printable(verdict.get("message") or "")
     return [*notes, NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])]
 
 

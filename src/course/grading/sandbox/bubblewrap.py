@@ -1,8 +1,11 @@
 """One bubblewrap sandbox per grading process that holds learner code (or the judge).
 
 The file system is a whitelist (system folders and the Python environment, read-only; never the
-course root, the gradebook, `solutions/` or other students); only size-bounded tmpfs folders
-and a check's scratch folder are writable; a private loopback; its own pid namespace; rlimits.
+course root, the gradebook, `solutions/` or other students); only size-bounded folders are
+writable (a learner sandbox's working folder, /tmp and /dev/shm in its student's file system, or
+tmpfs folders of their own; a check's scratch folder); files a submission supplies arrive as data
+read from descriptors the grader opened, never as a path it resolves; a private loopback; its own
+pid namespace; rlimits.
 Without a working `bwrap` grading refuses (SandboxUnavailable); `COURSE_NO_SANDBOX=1`
 (`--no-sandbox`) runs plain processes, an instructor's decision every report line repeats.
 """
@@ -41,8 +44,9 @@ class Limits:
     memory_bytes: int = 3 * 1024 * MiB  # address space of each process
     tasks: int = 384  # processes and threads together (RLIMIT_NPROC is per user namespace)
     file_bytes: int = 64 * MiB  # largest single file
-    workdir_bytes: int = 256 * MiB  # the tmpfs working folder
-    tmp_bytes: int = 128 * MiB  # /tmp
+    workdir_bytes: int = 256 * MiB  # the tmpfs working folder (when the sandbox has no room of its own)
+    tmp_bytes: int = 128 * MiB  # /tmp, likewise; /dev/shm gets a sixteenth of it
+    student_bytes: int = 256 * MiB  # one student's file system: everything its learner code can write
     group_memory_bytes: int = 6 * 1024 * MiB  # all of the sandbox's processes together (cgroup)
     cores: int = 1  # CPU time, in cores, for all of them together (cgroup)
 
@@ -51,7 +55,9 @@ class Limits:
 class Sandbox:
     """One sandbox's view: which host files appear (read-only) and how much it may use."""
 
-    files: dict[str, str] = field(default_factory=dict)  # inside path -> host file (read-only)
+    files: dict[str, str] = field(default_factory=dict)  # inside path -> host file of the grader's (read-only)
+    data: dict[str, int] = field(default_factory=dict)  # inside path -> descriptor the grader opened (read-only copy)
+    room: Path | None = None  # host folder (a student's file system) for the working folder, /tmp and /dev/shm
     writable: dict[str, str] = field(default_factory=dict)  # inside folder -> host folder (read-write)
     env: dict[str, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
@@ -81,19 +87,31 @@ class Sandbox:
         # No capabilities inside: root in its own user namespace could otherwise ptrace its neighbours.
         args = [bwrap_path(), "--die-with-parent", "--unshare-all", "--unshare-user", "--clearenv", "--cap-drop", "ALL"]
         # /tmp first, so that a course installed below /tmp (a clone there) is bound on top of it, not hidden.
-        args += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        args += self._writable_folder("tmp", "/tmp", self.limits.tmp_bytes)
         for folder in readable_folders():
             args += ["--ro-bind", folder, folder]
         args += ["--dev", "/dev", "--proc", "/proc"]
-        args += ["--size", str(self.limits.workdir_bytes), "--tmpfs", WORKDIR]
+        args += self._writable_folder("shm", "/dev/shm", self.limits.tmp_bytes // 16)
+        args += self._writable_folder("home", WORKDIR, self.limits.workdir_bytes)
         for inside, host in self.files.items():
             args += ["--ro-bind", host, inside]
+        for inside, fd in self.data.items():
+            args += ["--ro-bind-data", str(fd), inside]
         for inside, host in self.writable.items():
             args += ["--bind", host, inside]
-        args += ["--remount-ro", "/", "--chdir", WORKDIR]  # the sandbox's own root: no writable space there
+        # The sandbox's own root and /dev (a tmpfs bwrap makes): no writable space there.
+        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORKDIR]
         for name, value in {**base_environment(), **self.env}.items():
             args += ["--setenv", name, value]
         return args
+
+
+    def _writable_folder(self, name: str, inside: str, size: int) -> list[str]:
+        """A folder of the room (the student's bounded file system), or a tmpfs of `size` of its own."""
+        if self.room is None:
+            return ["--size", str(size), "--tmpfs", inside]
+        (self.room / name).mkdir(mode=0o700, exist_ok=True)
+        return ["--bind", str(self.room / name), inside]
 
 
 def rlimit_prefix(limits: Limits) -> list[str]:

@@ -1,10 +1,16 @@
 """Learner sandboxes: each learner process of a check in a bubblewrap sandbox of its own.
 
 It holds the system and the Python environment read-only, the course's packages with the graded
-answers replaced by tripwires, the submitted notebooks and the release read-only, and the check's
-scratch folder read-write (at the same path as in the judge's sandbox). Its own /tmp, pids,
-network and IPC: no learner process can reach another's, nor the judge's. Only the grader starts
-them (for the judge's broker).
+answers replaced by tripwires, the release read-only, the submitted notebooks as read-only copies
+(read from descriptors the grader opened without following links), and the check's scratch folder
+read-write (at the same path as in the judge's sandbox). Its working folder, /tmp and /dev/shm are
+a room of its own in the student's bounded file system; its own pids, network and IPC: no learner
+process can reach another's, nor the judge's. Only the grader starts them (for the judge's broker).
+
+The grader never resolves a name inside a folder learner code can write: what it reads of a
+learner process comes through a pipe or socket it made, or a file it created in a folder no
+sandbox holds (a worker's stderr); removing a room or a scratch folder is the only operation
+there, and it follows no link.
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,14 +49,23 @@ class Learner:
     def __init__(self, sandbox: Sandbox | None, argv: list[str], env: dict[str, str], cwd: Path | None = None,
                  wire_end: socket.socket | None = None, stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.DEVNULL):
         self.sandbox, self.sent, self._stack = sandbox, [], contextlib.ExitStack()
+        self.log: Path | None = None  # a worker's stderr, where the grader keeps it
         keep = [wire_end.fileno()] if wire_end is not None else []
-        if sandbox is not None:
-            sandbox.env.update(env)
-            argv, env = self._stack.enter_context(sandbox.bounded()).command(argv), {}
-        self.process = subprocess.Popen(argv, env=env, cwd=cwd, pass_fds=keep, stdin=subprocess.DEVNULL,
-                                        stdout=stdout, stderr=stderr, start_new_session=True)
-        if wire_end is not None:
-            wire_end.close()
+        try:
+            if sandbox is not None:
+                sandbox.env.update(env)
+                keep += list(sandbox.data.values())
+                argv, env = self._stack.enter_context(sandbox.bounded()).command(argv), {}
+            self.process = subprocess.Popen(argv, env=env, cwd=cwd, pass_fds=keep, stdin=subprocess.DEVNULL,
+                                            stdout=stdout, stderr=stderr, start_new_session=True)
+        except BaseException:
+            self._stack.close()
+            raise
+        finally:
+            for fd in sandbox.data.values() if sandbox is not None else ():
+                os.close(fd)  # bwrap has copied them (or never will)
+            if wire_end is not None:
+                wire_end.close()
 
     @property
     def pid(self) -> int:
@@ -64,6 +81,14 @@ class Learner:
                 return command[0]
             time.sleep(0.005)
         return self.process.pid
+
+    def stderr_tail(self, size: int = 1500) -> str:
+        """The end of a worker's stderr: the grader's own file (`start_worker`)."""
+        if self.log is None:
+            return ""
+        with open(self.log, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - size))
+            return handle.read().decode(errors="replace")
 
     def signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -96,32 +121,51 @@ class Learner:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10)
         self._stack.close()
+        if self.sandbox is not None and self.sandbox.room is not None:
+            shutil.rmtree(self.sandbox.room, ignore_errors=True)  # follows no link
 
 
 def launch(argv: list[str], env: dict[str, str], answers: frozenset[str], submitted: Path, release: Path,
-           scratch: tuple[Path, str], **streams: Any) -> Learner:
+           scratch: tuple[Path, str], rooms: Path | None = None, **streams: Any) -> Learner:
     """`argv` in a learner sandbox (see the module's docstring), with `env` and nothing of the
-    grader's; with --no-sandbox, the instructor's decision, a plain child among copies of the notebooks."""
+    grader's, its room a new folder in `rooms` (the student's file system) when that is bounded;
+    with --no-sandbox, the instructor's decision, a plain child among copies of the notebooks."""
     if sandbox_disabled():
         return Learner(None, argv, {**os.environ, **env, "COURSE_RELEASE": str(release)},
                        _copied(submitted, scratch[0]), **streams)
-    files = {f"{WORKDIR}/{p.name}": str(p) for p in sorted(Path(submitted).glob("*.ipynb"))}
-    files.update({f"{RELEASE_INSIDE}/{p.name}": str(p) for p in sorted(Path(release).glob("*.ipynb"))})
+    files = {f"{RELEASE_INSIDE}/{p.name}": str(p) for p in sorted(Path(release).glob("*.ipynb"))}
     files.update(overlays(answers))
-    sandbox = Sandbox(files=files, writable={scratch[1]: str(scratch[0])},
-                      env={"COURSE_RELEASE": RELEASE_INSIDE, "TMPDIR": "/tmp"}, limits=Limits())
+    room = Path(tempfile.mkdtemp(prefix="room-", dir=rooms)) if rooms is not None else None
+    sandbox = Sandbox(files=files, data=submitted_notebooks(submitted), writable={scratch[1]: str(scratch[0])},
+                      room=room, env={"COURSE_RELEASE": RELEASE_INSIDE, "TMPDIR": "/tmp"}, limits=Limits())
     return Learner(sandbox, argv, env, **streams)
 
 
+def submitted_notebooks(folder: Path) -> dict[str, int]:
+    """{inside path: a descriptor} for each notebook of the submitted folder that is a regular file,
+    opened without following a link (nor waiting on a FIFO)."""
+    found = {}
+    for path in sorted(Path(folder).glob("*.ipynb")):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            found[f"{WORKDIR}/{path.name}"] = fd
+        else:
+            os.close(fd)
+    return found
+
+
 def start(what: str, answers: frozenset[str], submitted: Path, release: Path, scratch: tuple[Path, str],
-          cell_seconds: float) -> tuple[Learner, socket.socket, list[dict]]:
+          cell_seconds: float, rooms: Path | None = None) -> tuple[Learner, socket.socket, list[dict]]:
     """A learner process for `what` (a notebook, or `implementation`): (it, the judge's end of its
     wire, its report on each cell). Each cell has `cell_seconds`; a process that does not report
     within a few times that (its cells ignore the interrupt) is stopped."""
     ours, theirs = socket.socketpair()
     argv = [sys.executable, "-P", "-m", "course.grading.learner.process", what]
     env = {WIRE_FD: str(theirs.fileno()), CELL_SECONDS: repr(float(cell_seconds))}
-    learner = launch(argv, env, answers, submitted, release, scratch, wire_end=theirs)
+    learner = launch(argv, env, answers, submitted, release, scratch, rooms, wire_end=theirs)
     try:
         report = _ready(ours, learner, max(30.0, 3 * cell_seconds))
     except BaseException:
@@ -144,11 +188,13 @@ def _ready(sock: socket.socket, learner: Learner, within: float) -> list[dict]:
 
 
 def start_worker(argv: list[str], answers: frozenset[str], submitted: Path, release: Path,
-                 scratch: tuple[Path, str], log: Path) -> Learner:
+                 scratch: tuple[Path, str], log: Path, rooms: Path | None = None) -> Learner:
     """A checkpoint worker (learner code, run by the course's worker) in a learner sandbox; its
-    replies on a pipe, its stderr into `log` (a host path inside the check's scratch folder)."""
-    with open(log, "ab") as handle:
-        return launch(argv, {}, answers, submitted, release, scratch, stdout=subprocess.PIPE, stderr=handle)
+    replies on a pipe, its stderr into `log`, a new file the grader makes in a folder no sandbox holds."""
+    with open(log, "xb") as handle:
+        worker = launch(argv, {}, answers, submitted, release, scratch, rooms, stdout=subprocess.PIPE, stderr=handle)
+    worker.log = log
+    return worker
 
 
 def _copied(submitted: Path, scratch: Path) -> Path:
