@@ -251,6 +251,13 @@ def test_the_autograded_notebook_holds_nothing_that_acts(course):
     assert not any("__pwned" in cell.source for cell in nb.cells if cell.cell_type == "raw")
 
 
+def test_a_page_added_to_a_submission_is_never_served_beside_it(course):
+    """formgrader serves a submission's other files in the instructor's session: a page stays behind."""
+    submitted = course / "submitted" / "hostile" / "ch12" / "diagram.html"
+    assert submitted.is_file()
+    assert not [p for p in course.glob("*/hostile/ch12/diagram.html") if p != submitted]
+
+
 def test_the_honest_answer_is_graded_and_kept_as_written(course):
     from nbgrader.api import Gradebook
 

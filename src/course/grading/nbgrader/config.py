@@ -50,6 +50,15 @@ def configure(c, root):
         "*.sqlite-shm",
         "*.db",
         "*.authority",
+        # A page a learner adds to a submission would reach autograded/ and feedback/, where formgrader
+        # serves it in the instructor's session: a script there would act as the instructor.
+        "*.html",
+        "*.htm",
+        "*.xhtml",
+        "*.svg",
+        "*.js",
+        "*.mjs",
+        "*.xml",
     ]
     # Autograde (see course.grading.nbgrader.preprocessors): no kernel runs; each graded cell is decided
     # by the judge, against a learner process that runs the learner's notebook in a sandbox of its own.
