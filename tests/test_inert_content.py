@@ -22,7 +22,6 @@ from traitlets.config import Config
 
 from course.grading.nbgrader.config import configure
 from course.grading.nbgrader.inert import NOTE, MakeInert, inert_html, inert_markdown, render
-from course.grading.sandbox.bubblewrap import SandboxUnavailable, ensure_available
 
 from hostile_markup import (
     ANSWER_ID, HONEST, HONEST_ANSWER, HOSTILE_ANSWER, HTML_PAYLOAD, PAYLOADS, RAW_HTML, graded_course, hostile_notebook,
@@ -225,11 +224,7 @@ def test_formgrader_and_feedback_pages_are_inert_even_for_a_notebook_never_autog
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    try:
-        ensure_available()
-    except SandboxUnavailable as error:
-        pytest.fail(f"the grading sandbox must work here (CI installs bubblewrap): {error}")
-    return graded_course(tmp_path_factory.mktemp("inert") / "course")
+    return graded_course(tmp_path_factory.mktemp("inert") / "course")  # fails when the sandbox cannot start
 
 
 def _autograded(root: Path, student: str) -> nbformat.NotebookNode:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from course.grading.sandbox.bubblewrap import SandboxUnavailable, ensure_available
 
 from hostile_markup import ANSWER_ID, FILE_LINK, FORM_BUTTON, HONEST, LINK_TEXT, graded_course
 
@@ -86,11 +85,7 @@ def _log(frame) -> list[str]:
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    try:
-        ensure_available()
-    except SandboxUnavailable as error:
-        pytest.fail(f"the grading sandbox must work here (CI installs bubblewrap): {error}")
-    return graded_course(tmp_path_factory.mktemp("inert-browser") / "course")
+    return graded_course(tmp_path_factory.mktemp("inert-browser") / "course")  # fails when the sandbox cannot start
 
 
 def _written_answer(root) -> tuple[str, float | None]:
