@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: lab formgrader test release release-exchange collect autograde feedback return-feedback grades benchmark checkpoint cleanup clean
+.PHONY: lab formgrader test release release-exchange collect autograde feedback return-feedback grades analytics benchmark checkpoint cleanup clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 required"'
@@ -59,6 +59,10 @@ return-feedback: $(STAMP)
 GRADES ?= grades.csv
 grades: $(STAMP)
 	$(BIN)/course grades --output '$(GRADES)' $(DB_OPTION)
+
+# What the class got wrong: analytics/ch12-checks.csv and .png, from the gradebook.
+analytics: $(STAMP)
+	$(BIN)/course analytics $(DB_OPTION)
 
 checkpoint: $(STAMP)
 	$(BIN)/python checkpoints/ch12_worker_recovery_checkpoint.py --evidence

@@ -105,7 +105,8 @@ def course_namespace(name: str, *grade_ids: str) -> dict:
 
 def predictions(name: str) -> list[str]:
     """The names of `name`'s prediction cells, in order, once each is checked to be a literal that
-    earns nothing and that the experiment right after it prints beside what happened."""
+    earns nothing and that the experiment right after it waits for (its first statement binds it)
+    and prints beside what happened (course.predictions.compared)."""
     import ast
 
     code = [c for c in json.loads((SOLUTIONS / name).read_text())["cells"] if c["cell_type"] == "code"]
@@ -117,7 +118,8 @@ def predictions(name: str) -> list[str]:
         after = code[code.index(cell) + 1]
         assert "observation" in after["metadata"].get("tags", []), "the experiment follows its prediction"
         names.append(statement.targets[0].id)
-        assert names[-1] in "".join(after["source"]) and "you predicted" in "".join(after["source"]), names[-1]
+        source = "".join(after["source"])
+        assert f'bound("{names[-1]}", globals())' in source and f'compared("{names[-1]}", ' in source, names[-1]
     return names
 
 

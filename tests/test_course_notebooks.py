@@ -1,6 +1,7 @@
 """The course as an instructor receives it: solutions run, release matches, grades are trustworthy.
 
-- every solutions notebook runs top to bottom with papermill;
+- every solutions notebook runs top to bottom with papermill, and every fact its observations state holds
+  (nobody predicts there: every experiment runs, and no prediction is kept);
 - `nbgrader validate` passes on the solutions;
 - the committed learner release is exactly what nbgrader generates from the solutions (no drift),
   with outputs stripped, and carries no solution or hidden-test text;
@@ -19,6 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course.checks import STRICT
 from course.grading.classes.autograde import autograde
 from course.grading.nbgrader import commands
 from course.grading.nbgrader.preprocessors import NOT_RUN, OBSERVATION_NOT_RERUN, decided_outside, learners_code, observation
@@ -44,12 +46,17 @@ def test_the_course_has_its_seven_notebooks():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path):
+def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path, monkeypatch):
+    """Every fact an observation states (course.checks.unexpected) must hold with the solutions."""
     import papermill
+
+    monkeypatch.setenv(STRICT, "strict")  # the kernel inherits it
 
     folder = tmp_path / "ch12"
     shutil.copytree(SOLUTIONS, folder)  # 05_checkpoint grades the notebooks beside it
     papermill.execute_notebook(folder / name, tmp_path / f"run-{name}", cwd=folder, kernel_name="python3", progress_bar=False)
+    # Nobody predicts in the course's own run: every experiment ran, and no prediction was compared or kept.
+    assert not (folder / ".predictions.jsonl").exists()
 
 
 def test_nbgrader_validate_passes_on_the_solutions(tmp_path):

@@ -545,3 +545,75 @@ def test_a_check_whose_experiment_failed_after_its_retries_is_reported_for_regra
     assert found["grading_error"] == 2 and sum(found.values()) == 2
     line = reason(StudentResult("s", 10.0, 87.0, findings=found))
     assert "grading error, not a mistake of theirs (grade it again) (2 cells)" in line
+
+
+LEASE_CHECK = (  # the visible part takes a lease on the wall clock; the hidden part needs it still live
+    "import time\n"
+    "lease_until = time.time() + 6\n"
+    "check(double(0) == 0, 'double(0) returned something else; zero must stay zero.')\n"
+    "### BEGIN HIDDEN TESTS\n"
+    "check(time.time() < lease_until, 'the lease the visible part took ran out before the hidden part ran.')\n"
+    "### END HIDDEN TESTS"
+)
+HOLDER = """
+import sys, time
+from course.grading.judge.phases import VISIBLE, Gate
+gate = Gate()
+held = gate.enter(VISIBLE, 60)
+print("held", flush=True)
+deadline = time.monotonic() + 120
+while gate._free("hidden.wait") and time.monotonic() < deadline:  # until a check waits for the hidden phase
+    time.sleep(0.05)
+time.sleep(8)  # longer than the check's lease
+"""
+
+
+@pytest.mark.slow
+def test_a_check_waits_for_its_phase_before_its_first_statement_not_between_its_parts(tmp_path):
+    """Another grading on this machine holds the visible phase (a long notebook run) while a check
+    with a hidden part is due. Its visible part takes a 6 s lease and its hidden part needs it live:
+    the check must wait before it starts, not between its parts, or a correct answer loses points."""
+    build_course(tmp_path)
+    source = tmp_path / "solutions" / commands.ASSIGNMENT / "toy.ipynb"
+    nb = nbformat.read(source, as_version=4)
+    nb.cells[3].source = LEASE_CHECK
+    nbformat.write(nb, source)
+    commands.release(root=tmp_path)
+    submit(tmp_path, "steady", "def double(x):\n    return 2 * x")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (result,) = autograde(root=tmp_path)
+        assert holder.wait(timeout=150) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    graded = nbformat.read(tmp_path / "autograded/steady" / commands.ASSIGNMENT / "toy.ipynb", as_version=4)
+    assert result.score == 3, [cell.outputs for cell in graded.cells if cell.cell_type == "code"]
+
+
+COURSE_MADE = {  # checks a correct answer passes in Lab and cannot pass at grading, by the check's own making
+    "reads_a_helper": "check(double(3) == twice(3), 'double(3) differs from twice(3).')",  # `twice`: a locked, non-setup cell
+    "passes_a_fraction": "from fractions import Fraction\ncheck(double(Fraction(1, 2)) == 1, 'double(1/2) is not 1.')",
+}
+
+
+@pytest.mark.slow
+def test_a_check_that_cannot_run_as_written_is_a_grading_error_never_graded_normally(tmp_path):
+    build_course(tmp_path)
+    source = tmp_path / "solutions" / commands.ASSIGNMENT / "toy.ipynb"
+    nb = nbformat.read(source, as_version=4)
+    nb.cells[3:3] = [new_code_cell("def twice(x):\n    return 2 * x", metadata=nbgrader_metadata("helper", locked=True)),
+                     *(new_code_cell(check, metadata=nbgrader_metadata(name, grade=True, locked=True, points=1))
+                       for name, check in COURSE_MADE.items())]
+    nbformat.write(nb, source)
+    commands.release(root=tmp_path)
+    submit(tmp_path, "right", "def double(x):\n    return 2 * x")
+    (result,) = autograde(root=tmp_path)
+    assert result.score == 3 and result.findings["grading_error"] == 2, result  # visible 1 + hidden 2; none of these
+    graded = nbformat.read(tmp_path / "autograded/right" / commands.ASSIGNMENT / "toy.ipynb", as_version=4)
+    said = {cell.metadata.nbgrader["grade_id"]: cell.outputs[0]["evalue"] for cell in graded.cells
+            if cell.metadata.get("nbgrader", {}).get("grade_id") in COURSE_MADE}
+    assert "reads `twice`" in said["reads_a_helper"] and "cannot reach" in said["passes_a_fraction"], said
+    assert all(message.startswith("grading error: the check") and "not your answer's" in message
+               for message in said.values()), said

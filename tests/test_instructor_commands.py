@@ -16,9 +16,12 @@ import sys
 from contextlib import closing
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbformat.v4 import new_code_cell
 
-from test_grading_tools import build_course, submit
+from conftest import nbgrader_metadata
+from test_grading_tools import COURSE_MADE, build_course, submit
 from test_postgres_gradebook import ordinary_path
 
 pytestmark = pytest.mark.slow
@@ -50,10 +53,28 @@ def toy(tmp_path):
     root = tmp_path / "course"
     root.mkdir()
     build_course(root)
-    released = course_command(root, "release")
+    released = course_command(root, "release", "--no-verify")  # the exchange test releases as an instructor does
     assert "Released 1 notebook(s)" in released.stdout and (root / "notebooks" / "ch12" / "toy.ipynb").is_file()
     submit(root, "solid", RIGHT)
     return root
+
+
+def test_release_refuses_solutions_that_lose_points_under_the_judge(tmp_path):
+    """A check that passes in the author's kernel but cannot run at grading would cost every learner
+    its points: `course release` grades the solutions through the judge first, and releases nothing."""
+    root = tmp_path / "course"
+    root.mkdir()
+    build_course(root)
+    source = root / "solutions" / "ch12" / "toy.ipynb"
+    nb = nbformat.read(source, as_version=4)
+    nb.cells.insert(3, new_code_cell(COURSE_MADE["reads_a_helper"], metadata=nbgrader_metadata("uses_helper", grade=True,
+                                                                                             locked=True, points=1)))
+    nbformat.write(nb, source)
+    done = subprocess.run([str(BIN / "course"), "release"], cwd=root, capture_output=True, text=True, timeout=600,
+                          env=ordinary_path())
+    assert done.returncode != 0 and "nothing was released" in done.stderr, done.stderr[-2000:]
+    assert "toy/uses_helper: the solution scored 0 of 1" in done.stderr and "reads `twice`" in done.stderr, done.stderr
+    assert "toy/visible" not in done.stderr and not (root / "notebooks").exists()
 
 
 def test_a_gradebook_left_half_made_is_finished_and_graded_into(toy):

@@ -47,7 +47,8 @@ def run_lost_lease(tmp_path: Path, generation: int, delay: float) -> str:
     cells = [c for c in notebook.cells if "setup" in c.metadata.get("tags", []) or grade_id(c) in wanted]
     slowed = nbformat.v4.new_code_cell(SLOW_OBSERVE.format(generation=generation, delay=delay))
     at = [grade_id(c) for c in cells].index("setup") + 1  # the runtime's observe, slowed
-    notebook.cells = cells[:at] + [slowed] + cells[at:]
+    predicted = nbformat.v4.new_code_cell("predicted_calls = 2")  # the experiment waits for a prediction
+    notebook.cells = cells[:at] + [slowed] + cells[at:-1] + [predicted, cells[-1]]
     NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(folder)}}).execute()
     outputs = [o for c in notebook.cells for o in c.get("outputs", [])]

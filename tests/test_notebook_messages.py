@@ -11,18 +11,26 @@ mutants: for each graded function and data answer of 02, 03, 04 and 07, a plausi
 real kernel, as Lab runs it. Its visible test fails and names the answer, or passes and says in
 one line what is checked when the instructor grades; an observation that promised "the test below
 explains" is followed by a test that does.
+
+An observation waits for its prediction: until the learner sets it, the cell says so in one line
+and runs no experiment; once set, it prints the prediction beside what happened and keeps both
+(`.predictions.jsonl`, for 07's calibration). The runs below set every prediction first, as a
+learner must before the observations run at all.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course.checks import CheckFailed, WIDTH, expect
+from course.checks import STRICT, CheckFailed, WIDTH, expect
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASE = ROOT / "notebooks" / "ch12"
@@ -97,9 +105,10 @@ def isolated_runs_one(path: Path, grade_id: str, replace: dict[str, str]) -> lis
 
 
 def tmp_notebook(path: Path, cells: list) -> Path:
-    import tempfile
+    import atexit
 
     folder = Path(tempfile.mkdtemp(prefix="ch12-messages-"))
+    atexit.register(shutil.rmtree, folder, True)  # removed when the test run ends
     notebook = nbformat.read(path, as_version=4)
     notebook.cells = cells
     target = folder / path.name
@@ -194,19 +203,48 @@ def test_the_paused_check_shows_its_specific_hint_before_the_general_verdict(tmp
     assert "(revisit `assert_current` in 02_fencing" in said
 
 
+def predicted(name: str) -> str:
+    """Every prediction of `name` set, as a learner sets them before running the observations: the
+    prediction cells' literals with each None replaced by "?" (a guess, whatever it says)."""
+    lines = []
+    for cell in nbformat.read(SOLUTIONS / name, as_version=4).cells:
+        if "prediction" in cell.metadata.get("tags", []):
+            for statement in ast.parse(cell.source).body:
+                value = ast.literal_eval(statement.value)
+                value = {key: "?" if item is None else item for key, item in value.items()} if isinstance(
+                    value, dict) else "?" if value is None else value
+                lines.append(f"{statement.targets[0].id} = {value!r}")
+    return "\n".join(lines)
+
+
+def execute_in(notebook, folder: Path | None = None, timeout: int = 120) -> None:
+    """Run `notebook` in a real kernel whose working folder is `folder`, or a copy of the solutions'
+    (what the cells write there, `.predictions.jsonl` among it, never lands in the repository)."""
+    with tempfile.TemporaryDirectory(prefix="ch12-kernel-") as scratch:
+        if folder is None:
+            folder = Path(scratch) / "ch12"
+            shutil.copytree(SOLUTIONS, folder)
+        NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
+                       resources={"metadata": {"path": str(folder)}}).execute()
+
+
+def printed(cell) -> str:
+    return "\n".join(o.get("text", "") or f"{o.get('ename')}: {o.get('evalue')}" for o in cell.outputs)
+
+
 def run_in_a_kernel(name: str, answers: dict[str, str], last: str, skip: tuple[str, ...] = ()) -> str:
     """In a real kernel: the setup cells and the answer cells of solutions/`name` (`answers`
-    replaces some: grade_id -> source; `skip` leaves some unrun, as after a restart), then the
-    cell `last`. Returns what `last` printed, errors included."""
+    replaces some: grade_id -> source; `skip` leaves some unrun, as after a restart), every
+    prediction set, then the cell `last`. Returns what `last` printed, errors included."""
     notebook = nbformat.read(SOLUTIONS / name, as_version=4)
     chosen = [c for c in notebook.cells if c.cell_type == "code" and ("setup" in c.metadata.get("tags", []) or (
         meta(c).get("solution") and meta(c)["grade_id"] not in skip))]
     target = next(c for c in notebook.cells if meta(c).get("grade_id") == last)
-    cells = [nbformat.v4.new_code_cell(answers.get(meta(c).get("grade_id"), c.source)) for c in chosen + [target]]
+    cells = [nbformat.v4.new_code_cell(answers.get(meta(c).get("grade_id"), c.source)) for c in chosen]
+    cells += [nbformat.v4.new_code_cell(predicted(name)), nbformat.v4.new_code_cell(target.source)]
     run = nbformat.v4.new_notebook(cells=cells, metadata=notebook.metadata)
-    NotebookClient(run, timeout=120, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(SOLUTIONS)}}).execute()
-    return "\n".join(o.get("text", "") or f"{o.get('ename')}: {o.get('evalue')}" for o in run.cells[-1].outputs)
+    execute_in(run)
+    return printed(run.cells[-1])
 
 
 def stub(signature: str) -> str:
@@ -239,6 +277,62 @@ def test_a_test_after_a_kernel_restart_says_run_the_cell_not_write_it():
     assert "not implemented yet: write `finish`" in stubbed, stubbed
 
 
+# Counts what an experiment starts, by the names its cell calls: a shop database, a supplier process.
+COUNTING = '''
+started = []
+
+
+def counted(make, what):
+    def counting(*args, **kwargs):
+        started.append(what)
+        return make(*args, **kwargs)
+    return counting
+
+
+fresh_shop, start_supplier = counted(fresh_shop, "database"), counted(start_supplier, "supplier")
+'''
+STALE_GUESS = {"observe": "refused", "finish": "accepted", "execute": "refused"}
+
+
+def test_an_observation_waits_for_its_prediction_then_prints_it_beside_what_happened(tmp_path, monkeypatch):
+    """04's live stale holder, in a real kernel, as a learner runs it (not the course's own strict
+    run): with the prediction as released (None), the cell says so in one line and starts neither a
+    database nor the supplier; with it set, the cell prints the prediction beside what happened and
+    keeps both in `.predictions.jsonl`, in the notebook's folder."""
+    monkeypatch.delenv(STRICT, raising=False)  # the kernel inherits the environment
+    name = "04_recovery.ipynb"
+    notebook = nbformat.read(SOLUTIONS / name, as_version=4)
+    first = [c for c in notebook.cells if c.cell_type == "code" and (
+        "setup" in c.metadata.get("tags", []) or meta(c).get("solution"))]
+    observation = next(c for c in notebook.cells if meta(c).get("grade_id") == "observe_live_stale_holder")
+    prediction = notebook.cells[notebook.cells.index(observation) - 1]
+    assert "prediction" in prediction.metadata.get("tags", []) and "predicted_stale = {" in prediction.source
+    steps = [COUNTING, prediction.source, observation.source, "print(started)",
+             f"predicted_stale = {STALE_GUESS!r}", observation.source, "print(started)"]
+    run = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.source) for c in first]
+                                   + [nbformat.v4.new_code_cell(step) for step in steps], metadata=notebook.metadata)
+    execute_in(run, tmp_path)
+    said = [printed(cell) for cell in run.cells[len(first):]]
+    assert not any(o.output_type == "error" for c in run.cells for o in c.outputs), said
+    unset, nothing_started, _, kept, after = said[2], said[3], said[4], said[5], said[6]
+
+    assert unset.strip() == ("Predict first: set `predicted_stale` in the cell above, run it, then run this cell "
+                             "again."), unset
+    assert nothing_started.strip() == "[]", nothing_started  # no database, no supplier process
+    assert after.strip() == "['database', 'supplier']", after
+
+    text = " ".join(kept.split())
+    for write in ("observe", "finish", "execute"):
+        assert f"Stale {write}: refused (" in text, text  # what happened
+    assert ("You predicted {'observe': 'refused', 'finish': 'accepted', 'execute': 'refused'}; the run showed "
+            "{'observe': 'refused', 'finish': 'refused', 'execute': 'refused'}: not what you predicted (for "
+            "'finish').") in text, text
+    (record,) = [json.loads(line) for line in (tmp_path / ".predictions.jsonl").read_text().splitlines()]
+    assert record["notebook"] == "04_recovery" and record["name"] == "predicted_stale" and record["when"]
+    assert (record["predicted"], record["happened"], record["held"]) == (
+        STALE_GUESS, {"observe": "refused", "finish": "refused", "execute": "refused"}, False), record
+
+
 # --- The learner's side of the hidden mutants: one plausible wrong answer per graded function and
 # data answer of 02, 03, 04 and 07 (01's `claim` is above), run in a real kernel as Lab runs it: the setup
 # and answer cells (the solutions', one replaced), the observations that call it, then the visible
@@ -249,19 +343,19 @@ def run_as_in_lab(name: str, answers: dict[str, str], targets: tuple[str, ...], 
                   setup: bool = True) -> dict[str, dict]:
     """In one real kernel: the setup cells (unless `setup` is false, as after a restart) and the
     answer cells of solutions/`name` in notebook order, `answers` (grade_id -> source) replacing
-    some; then `targets` (grade_ids) as the release has them. Returns {target: {"text": what it
-    printed, "errors": ["ename: evalue", ...]}}."""
+    some, every prediction set; then `targets` (grade_ids) as the release has them. Returns
+    {target: {"text": what it printed, "errors": ["ename: evalue", ...]}}."""
     solved = nbformat.read(SOLUTIONS / name, as_version=4)
     released = {meta(c).get("grade_id"): c for c in nbformat.read(RELEASE / name, as_version=4).cells}
     first = [c for c in solved.cells if c.cell_type == "code" and (
         (setup and "setup" in c.metadata.get("tags", [])) or meta(c).get("solution"))]
     cells = [nbformat.v4.new_code_cell(answers.get(meta(c).get("grade_id"), c.source)) for c in first]
+    cells += [nbformat.v4.new_code_cell(predicted(name))]
     cells += [nbformat.v4.new_code_cell(released[target].source) for target in targets]
     run = nbformat.v4.new_notebook(cells=cells, metadata=solved.metadata)
-    NotebookClient(run, timeout=180, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(SOLUTIONS)}}).execute()
+    execute_in(run, timeout=180)
     found = {}
-    for target, cell in zip(targets, run.cells[len(first):]):
+    for target, cell in zip(targets, run.cells[len(first) + 1:]):
         found[target] = {"text": "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"),
                          "errors": [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]}
     return found

@@ -10,7 +10,9 @@ and a filled-in answer whose cell still ends in nbgrader's raise. `checked_when_
 one line a visible test that passed prints about what only grading checks; `letters_missing`
 words a letter answer's form (a capital from A to H).
 `observation` lets an observation cell in the untouched release say the same and carry on;
-`unexpected` lets it say when the learner's code made it disagree with the text around it.
+`unexpected` states the fact the text around it claims: it says when the learner's code made the
+fact false, and fails the run when the course's own answers do (CI runs every solutions notebook
+so: a runtime change that makes a sentence false fails `make test`).
 `differences` names the fields in which a returned value differs from the expected one.
 `fresh_shop` gives every cell its own seeded database, so cells do not depend on each other's
 leftovers. `forced_race` (01_claims) and `between_check_and_write` (02_fencing) are the
@@ -20,6 +22,7 @@ harnesses that force an unlucky interleaving, built on `interleave`.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sqlite3
 import sys
@@ -207,29 +210,74 @@ def stub_name(error: BaseException) -> str:
 _noted: list[str] = []  # what `unexpected` said in the observation running now
 
 
+class PredictionUnset(Exception):
+    """The observation's prediction is still None: the experiment waits for it (course.predictions)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"Predict first: set `{self.name}` in the cell above, run it, then run this cell again."
+
+
 @contextmanager
 def observation(name: str, uncaught: str = "") -> Iterator[None]:
-    """Run an observation. If a function it calls is still a stub, name that one (`name` is the
-    cell's own, said when none can be found) and carry on. If the learner's fence refuses a write
-    after the cell already went differently from the text (a note said so), explain the refusal
-    instead of ending in a traceback; so too, with `uncaught` (what it means here), a refusal
-    that the learner's `name` let escape."""
+    """Run an observation; whatever the learner's code does, the cell ends in a sentence, never a
+    traceback, so Run All goes on to the tests, which say what to fix. Until its prediction is set
+    (course.predictions.bound), say so in a line and run nothing more. If a function it calls is
+    still a stub, name that one (`name`: the learner's functions it runs). A fence's refusal after
+    the cell already went differently from the text (a note said so) is explained as following from
+    that; with `uncaught` (what it means here), so is one the learner's `name` let escape. Where the
+    course's own answers run (COURSE_STATED_FACTS=strict), anything else is the course's error."""
     _noted.clear()
     try:
         yield
+    except PredictionUnset as unset:
+        print(unset)
     except NotImplementedError as error:
         print(wrap(not_implemented(stub_name(error) or name) + ", then run this cell again."))
-    except PermissionError as error:
-        if uncaught and not _noted:
+    except Exception as error:
+        if isinstance(error, PermissionError) and uncaught and not _noted:
             print(wrap(f"Your `{name}` stopped with PermissionError ({error}): {uncaught}"))
-            return
-        if not _noted:
+        elif isinstance(error, PermissionError) and _noted:
+            print(wrap(f"Then your fence refused a later write ({error}). That follows from the difference noted "
+                       "above: the earlier write changed the row the later one needed. Fix that first; the test "
+                       "below explains."))
+        elif os.environ.get(STRICT) == "strict":
             raise
-        print(wrap(f"Then your fence refused a later write ({error}). That follows from the difference noted "
-                   "above: the earlier write changed the row the later one needed. Fix that first; the test "
-                   "below explains."))
+        else:
+            print(wrap(stopped(error, name)))
     finally:
         _noted.clear()
+
+
+def stopped(error: Exception, name: str) -> str:
+    """Why an observation stopped, in a sentence to act on: what happened, where, what to look at."""
+    what = f"{type(error).__name__} ({str(error)[:200] or 'no message'})"
+    where = _raised_in(error)
+    if isinstance(error, PermissionError):
+        return (f"This experiment stopped: a fence refused a write the text expects to go through: {what}. "
+                f"Does your `{name}` refuse a current holder? The tests below run anyway and say which.")
+    if "NoneType" in str(error):
+        return (f"This experiment stopped with {what} {where}: a function of yours it uses (`{name}`) returned "
+                "None where the text expects a value. The tests below run anyway and say which.")
+    return (f"This experiment stopped with {what} {where}. It runs your `{name}`; the tests below run anyway "
+            "and say what to fix.")
+
+
+def _raised_in(error: BaseException) -> str:
+    """'in your `f`' when a learner's function raised it, 'in the runtime's `f`' otherwise."""
+    innermost, learners, trace = "", "", error.__traceback__
+    while trace is not None:
+        code = trace.tb_frame.f_code
+        innermost = code.co_name
+        if ("ipykernel_" in code.co_filename or code.co_filename.startswith("<")) and code.co_name != "<module>":
+            learners = code.co_name
+        trace = trace.tb_next
+    if learners and learners == innermost:
+        return f"in your `{learners}`"
+    return f"in the runtime's `{innermost}`" if innermost and innermost != "<module>" else ""
 
 
 @contextmanager
@@ -245,10 +293,21 @@ def rebound(namespace: dict[str, Any], name: str, wrap: Callable[[Any], Any]) ->
         namespace[name] = original
 
 
+STRICT = "COURSE_STATED_FACTS"  # set to "strict" where the course's own answers run (CI's papermill runs)
+
+
+class StatedFactFailed(CheckFailed):
+    """With the course's own answers, an observation disagreed with the text around it: the text or
+    the runtime is wrong, and the run that showed it fails."""
+
+
 def unexpected(as_told: object, message: str, explained: str = "the test below explains") -> None:
-    """In an observation: when the learner's code made the result differ from the text around
-    the cell (`as_told` is false), say so right under the output, and where it is explained."""
+    """In an observation: the fact the text around the cell states (`as_told`). When the learner's
+    code made it false, say so right under the output, and where it is explained; where the course's
+    own answers run (`COURSE_STATED_FACTS=strict`), a false fact is the course's error and fails."""
     if not as_told:
+        if os.environ.get(STRICT) == "strict":
+            raise StatedFactFailed(f"a sentence of the text is not true of this run: {message}")
         _noted.append(message)
         print(wrap(f"Note: {message}; {explained}."))
 

@@ -120,14 +120,37 @@ COURSE_ROOT = click.option("--root", type=click.Path(exists=True, file_okay=Fals
 
 @main.command()
 @COURSE_ROOT
-def release(root: Path) -> None:
-    """Generate the learner release (notebooks/ch12) from the solutions, outputs stripped."""
+@click.option("--no-verify", is_flag=True,
+              help="Skip grading the solutions through the judge first (they must earn every automatic point).")
+def release(root: Path, no_verify: bool) -> None:
+    """Generate the learner release (notebooks/ch12) from the solutions, outputs stripped, once the
+    solutions, graded through the judge, earn every automatic point (a minute or two)."""
+    from course.grading.classes import solutions_check
     from course.grading.nbgrader import commands
 
-    with _one_sentence(commands.NbgraderError):
-        paths = commands.release(root=root)
+    with _one_sentence(commands.NbgraderError, solutions_check.SolutionsFail):
+        paths = commands.release(root=root) if no_verify else solutions_check.verified_release(root)
     click.echo(f"Released {len(paths)} notebook(s) into {paths[0].parent if paths else root}: "
                f"{', '.join(p.name for p in paths)}.")
+
+
+@main.command("check-authoring")
+@click.argument("solutions", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                default=Path("solutions/ch12"))
+@click.option("--guide", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The instructor guide whose generated parts to compare (default: docs/instructor-guide.md).")
+def check_authoring(solutions: Path, guide: Path | None) -> None:
+    """Before grading: what in the solutions would break under the judge (one finding a line, exit 1)."""
+    from course import authoring
+
+    try:
+        found = authoring.check(solutions, guide)
+    except authoring.BadInput as error:
+        raise click.BadParameter(str(error), param_hint="SOLUTIONS") from None
+    for finding in found:
+        click.echo(finding)
+    click.echo(f"{len(found)} finding(s) in {solutions}" if found else f"No findings in {solutions}.", err=True)
+    sys.exit(1 if found else 0)
 
 
 @main.command()
@@ -179,6 +202,25 @@ def grades(output: Path, root: Path) -> None:
     with _one_sentence(commands.NbgraderError):
         path = commands.export_grades(output, root=root)
     click.echo(f"Grades of the gradebook written to {path}.")
+
+
+@main.command()
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for ch12-checks.csv and ch12-checks.png (default: analytics/ in the course folder).")
+@COURSE_ROOT
+@DB_URL
+def analytics(output: Path | None, root: Path) -> None:
+    """What the class got wrong: each check's pass rate, the scores, grading errors and limits, the
+    misconception an often-failed check points to; a CSV, a figure and a summary (exit 2: nothing graded)."""
+    from course.grading.classes import analytics as class_analytics
+
+    try:
+        result, paths = class_analytics.analyse(root, output)
+    except class_analytics.NoGrades as error:
+        failure = click.ClickException(str(error))
+        failure.exit_code = 2
+        raise failure from None
+    click.echo("\n".join(class_analytics.summary(result, paths)))
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

@@ -30,14 +30,17 @@ def section(name: str, guide: Path = GUIDE) -> str:
     return text[text.index(start): text.index(end) + len(end)]
 
 
-def rendered() -> dict[str, Callable[[], str]]:
+def rendered(solutions: Path | None = None) -> dict[str, Callable[[], str]]:
     """Every generated part, by name, markers included: what the guide should hold. (The parts'
-    modules render their text; the guide alone knows where it goes.)"""
+    modules render their text; the guide alone knows where it goes.) `solutions`: where the written
+    answers come from (default solutions/ch12; `course check-authoring` checks a folder given)."""
     from course.checkpoint.evidence_table import render as evidence_table
     from course.pacing import render as pacing
-    from course.written_answers import render_all as written_answers
+    from course.written_answers import SOLUTIONS, written_answers
+    from course.written_answers import render as answers_part
 
-    parts = {"written-answers": written_answers, "checkpoint-evidence": evidence_table, "pacing": pacing}
+    parts = {"written-answers": lambda: answers_part(written_answers(solutions or SOLUTIONS)),
+             "checkpoint-evidence": evidence_table, "pacing": pacing}
     return {name: (lambda name=name, render=render: wrap(name, render())) for name, render in parts.items()}
 
 

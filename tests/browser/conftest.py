@@ -37,6 +37,7 @@ from pathlib import Path
 import psutil  # a dependency of ipykernel, so always present next to JupyterLab
 import pytest
 
+from course.checks import STRICT
 from reference_organizations.children import spawn
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,10 @@ LAB_SETTINGS = {
         "autoStartDefaultKernel": True,
         "windowingMode": "none",
     },
-    # No news or update checks (no network, no pop-up over the notebook).
+}
+# No news or update checks (no network, no pop-up over the notebook), except in the learner's Lab,
+# whose own settings (jupyter/learner) must keep the news pop-up away.
+NO_NEWS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
         "fetchNews": "false",
         "checkForUpdates": False,
@@ -178,13 +182,15 @@ class LabServer:
         }
         for d in [self.root_dir, *dirs.values()]:
             d.mkdir(parents=True, exist_ok=True)
-        for rel, settings in LAB_SETTINGS.items():
+        learners = self.course is not None and not self.instructor
+        for rel, settings in {**LAB_SETTINGS, **({} if learners else NO_NEWS)}.items():
             f = dirs["JUPYTERLAB_SETTINGS_DIR"] / rel
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(json.dumps(settings, indent=2))
 
-        if self.course is None:
-            command, env = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={self.root_dir}"], os.environ
+        if self.course is None:  # the course's own notebooks (the solutions): nobody predicts, every stated fact holds
+            command = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={self.root_dir}"]
+            env = {**os.environ, STRICT: "strict"}
             cwd = self.root_dir
         else:
             from course.workspace import jupyter_lab

@@ -620,7 +620,8 @@ DIRTY_TAB = ".lm-TabBar-tab.jp-mod-dirty"
 def test_every_notebook_opens_unchanged_in_the_learners_lab(learner_lab, page, output_path):
     """Each notebook of the working copy, opened as a learner opens it, starts its kernel with no
     dialog and is not marked as changed before anyone touched it (a notebook Lab rewrites on open
-    would ask to be saved, and 05 would then judge a notebook the learner never edited)."""
+    would ask to be saved, and 05 would then judge a notebook the learner never edited), and no
+    pop-up asks about Jupyter's news."""
     names = sorted(path.name for path in learner_lab.root_dir.glob("*.ipynb"))
     assert names == sorted(path.name for path in RELEASE.glob("*.ipynb")) and len(names) == 7, names
     changed = {}
@@ -634,6 +635,7 @@ def test_every_notebook_opens_unchanged_in_the_learners_lab(learner_lab, page, o
             changed[name] = page.locator(DIALOG).inner_text() if page.locator(DIALOG).count() else "marked unsaved"
             screenshot(page, output_path, f"changed-on-open-{name}.png")
     assert not changed, f"notebooks changed by merely opening them: {changed}"
+    assert page.get_by_text("official Jupyter news").count() == 0, "Lab's news pop-up greets the learner"
 
 
 def _outputs_text(cell) -> str:
@@ -739,3 +741,41 @@ def scroll_to_cell_of(page, text: str) -> None:
         [NOTEBOOK_PANEL, text],
     )
     page.wait_for_timeout(300)
+
+
+def test_a_prediction_set_in_the_learners_lab_is_printed_beside_what_happened(learner_lab, page, output_path):
+    """01_claims in the learner's Lab: Run All with the prediction as released, and the naive race
+    says in one line to predict first, and races nobody; then the learner types a prediction into
+    its cell and runs it and the race (Shift+Enter twice): the race runs and prints the prediction
+    beside what happened, and the prediction is kept in the working copy for 07's calibration."""
+    import json
+
+    lab, name = learner_lab, "01_claims.ipynb"
+    kernel = open_in_lab(lab, page, name)
+    nb = run_all_and_save(lab, page, name, kernel)
+    waiting = " ".join(_outputs_text(_by_grade_id(nb, "naive_race")).split())
+    told = "Predict first: set `predicted_winners` in the cell above, run it, then run this cell again."
+    assert waiting == told, waiting  # one line, and no race
+    assert not (lab.root_dir / ".predictions.jsonl").exists()
+
+    cell = page.locator(f"{NOTEBOOK_PANEL} .jp-CodeCell", has_text="predicted_winners = None")
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("predicted_winners = 2")
+    page.keyboard.press("Shift+Enter")  # the prediction, then the race below it
+    page.keyboard.press("Shift+Enter")
+    race = page.locator(f"{NOTEBOOK_PANEL} .jp-CodeCell", has_text='bound("predicted_winners", globals())')
+    race.locator(".jp-OutputArea-output", has_text="You predicted").wait_for(timeout=60_000)
+    wait_until_executed(lab, page, kernel)
+    save_notebook(lab, page, name)
+    scroll_to_cell_of(page, 'bound("predicted_winners", globals())')
+    screenshot(page, output_path, "prediction-beside-the-race.png")
+
+    nb = nbformat.read(lab.root_dir / name, as_version=4)
+    said = " ".join(_outputs_text(_by_grade_id(nb, "naive_race")).split())
+    assert "Worker A believes it holds generation 1" in said and "Worker B believes it holds generation 1" in said, said
+    assert "You predicted 2; the run showed 2: as you predicted." in said, said
+    assert "Predict first" not in said, said
+    kept = [json.loads(line) for line in (lab.root_dir / ".predictions.jsonl").read_text().splitlines()]
+    assert [(k["notebook"], k["name"], k["predicted"], k["happened"], k["held"]) for k in kept] == [
+        ("01_claims", "predicted_winners", 2, 2, True)], kept

@@ -108,11 +108,10 @@ class BrokeredProcess:
 
 
 def serve(sock: socket.socket, start_learner: Callable[[str], tuple[Any, socket.socket, list]],
-          start_worker: Callable[[list[str]], Any], started: dict[int, Any], enter_hidden: Callable[[], None]) -> Any:
+          start_worker: Callable[[list[str]], Any], started: dict[int, Any], begin: Callable[[], None]) -> Any:
     """Answer one message of the judge: None, or its verdict (`GONE` when it ended without one).
     `started` keeps every process started for this check, to be killed when the check ends.
-    `hidden`: the check's hidden part begins; answered once `enter_hidden` lets it (its failure to
-    is the grader's to report, not the judge's)."""
+    `start`: the check's own statements begin; answered once `begin` lets them (its phase)."""
     try:
         data = sock.recv(MESSAGE)
         request = json.loads(data) if data else {}
@@ -121,8 +120,8 @@ def serve(sock: socket.socket, start_learner: Callable[[str], tuple[Any, socket.
     fds: list[int] = []
     if request.get("op") in ("verdict", None):
         return request.get("verdict", GONE)
-    if request.get("op") == "hidden":
-        enter_hidden()
+    if request.get("op") == "start":
+        begin()
         sock.send(json.dumps({"ok": True}).encode())
         return None
     try:

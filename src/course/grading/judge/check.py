@@ -27,31 +27,9 @@ def free_names(code: types.CodeType) -> set[str]:
     return names
 
 
-ENTER_HIDDEN = "__course_hidden_part__"
-
-
-def marked(source: str, hidden_from: int | None) -> str:
-    """The check with nbgrader's hidden-region marker (a comment line) replaced by a call that
-    enters the hidden phase (course.grading.judge.phases), indented like the code after it; the
-    line numbers stay."""
-    if hidden_from is None:
-        return source
-    lines = source.split("\n")
-    after = next((line for line in lines[hidden_from:] if line.strip() and not line.lstrip().startswith("#")), "")
-    lines[hidden_from - 1] = after[: len(after) - len(after.lstrip())] + f"{ENTER_HIDDEN}()"
-    return "\n".join(lines)
-
-
-def enter_hidden(job: dict[str, Any], broker: Any) -> None:
-    """Wait until the grader lets hidden parts run (no learner code that may still author shown
-    text runs anywhere); from then on every failure of this check is told in the course's words."""
-    if not job.get("entered_hidden"):
-        broker.request({"op": "hidden"})
-        job["entered_hidden"] = True
-
-
 def run(job: dict[str, Any], broker: Any) -> dict[str, Any]:
-    """The verdict for one graded cell: {"passed", "ename", "message"}."""
+    """The verdict for one graded cell: {"passed", "ename", "message", "findings"}, and for a failure
+    whether its visible part should tell it again ("retell", messages.verdict)."""
     try:  # a notebook with answers of its own: a learner process runs it (05 asks for its own)
         peer, report = broker.learner(job["what"]) if job["answers"] else (None, [])
     except Refused as refused:
@@ -61,19 +39,13 @@ def run(job: dict[str, Any], broker: Any) -> dict[str, Any]:
     for cell in job["setup"]:
         exec(compile(cell["source"], f"<course cell {cell['label']}>", "exec"), namespace)
     harness.substitute(namespace, harness.Context(job, peer, broker))
-    namespace[ENTER_HIDDEN] = lambda: enter_hidden(job, broker)
-    try:
-        code = compile(marked(job["check"], job["hidden_from"]), messages.FILENAME, "exec")
-    except SyntaxError:  # a marker the call cannot stand in for: the whole check runs as a hidden part
-        code = compile(job["check"], messages.FILENAME, "exec")
-        enter_hidden(job, broker)
+    code = compile(job["check"], messages.FILENAME, "exec")
     unwritten, kept_raise = messages.unwritten(job["answers"], report)
     wanted = (free_names(code) - set(namespace) - set(dir(builtins))) | set(job["answers"])
     try:
         if peer is not None:
-            bound = harness.names(peer, wanted, unwritten, kept_raise)
-            job["words"] = messages.atoms(list(bound.values()))  # authored before any hidden input existed
-            namespace.update(bound)
+            namespace.update(harness.names(peer, wanted, unwritten, kept_raise))
+        broker.request({"op": "start"})  # the check's phase begins here, before its first statement
         exec(code, namespace)
     except BaseException as error:  # the check's failure, or anything the learner's code raised
         return {**messages.verdict(error, job), "findings": findings.of_check(error, job)}

@@ -4,7 +4,8 @@ The cells' order, tags and points come from the release; their full sources, hid
 included, from the gradebook; nothing from the submission (the learner process reads that
 itself). A check gets a scratch folder, a learner process for its notebook, and a judge forked
 in the student's judge sandbox; the grader answers the judge's broker requests until the verdict
-comes or the time is up, then kills the check's learner processes.
+comes or the time is up, then kills the check's learner processes. Each runs in its phase
+(course.grading.judge.phases).
 """
 
 from __future__ import annotations
@@ -126,8 +127,9 @@ class PendingChecks:
         return {cell: future.result() for cell, future in self.futures.items()}
 
     def report(self) -> list[dict] | None:
-        """What the notebook's first learner process reported of each cell, with what grading saw in
-        each cell in any of the notebook's learner processes (a bound one of them hit, say)."""
+        """What the notebook's first learner process reported of each cell (one started in the visible
+        phase), with what grading saw in each cell in any of the notebook's learner processes (a
+        bound one of them hit, say)."""
         first, seen = self.group.reports.get(self.notebook), self.group.seen.get(self.notebook, {})
         if first is None:
             return None
@@ -190,7 +192,7 @@ class CheckGroup:
     def check(self, job: dict, timeout: float) -> dict:
         start = time.monotonic()
         try:
-            return self._run(dict(job), timeout)
+            return self._run(job, timeout)
         finally:
             last_seconds[(job["notebook"], job["cell"])] = time.monotonic() - start
             with self._lock:
@@ -199,10 +201,27 @@ class CheckGroup:
                     self._stop()
 
     def _run(self, job: dict, timeout: float) -> dict:
-        """Fork a judge, send it the job, answer its broker requests until its verdict (or the time is up)."""
+        """A check with a hidden part runs all its statements in the hidden phase: nothing it sets up
+        on the wall clock (a 30 s lease) waits out the other phase between its visible and hidden
+        parts. When it failed before its hidden part, its visible part runs alone in the visible
+        phase, to be told as Lab tells it (the verdict stays the first run's)."""
+        if job["hidden_from"] is None:
+            return self._judged(job, VISIBLE, timeout)
+        verdict = self._judged(job, HIDDEN, timeout)
+        if not verdict["passed"] and verdict.get("retell"):
+            visible_part = {**job, "check": hide_region(job["check"], None), "hidden_from": None}
+            alone = self._judged(visible_part, VISIBLE, timeout)
+            if not alone["passed"]:
+                verdict = {**alone, "findings": sorted(set(alone["findings"]) | set(verdict["findings"]))}
+        return verdict
+
+    def _judged(self, job: dict, phase: str, timeout: float) -> dict:
+        """Fork a judge, send it the job, answer its broker requests until its verdict (or the time is
+        up). Its learner process runs the notebook in the visible phase (what the cells print is
+        fixed there); the check's statements run in `phase`, which it waits for before the first."""
         with self._lock:
             number = next(self._numbers)
-        check = OneCheck(self, job, number)
+        check = OneCheck(self, dict(job), number)
         try:
             check.enter(VISIBLE)
             check.waited = 0.0  # the check's time starts now
@@ -212,7 +231,7 @@ class CheckGroup:
                 cleanup.callback(check.close_processes)
                 try:
                     ident = server.start([theirs.detach()])
-                    ours.send(json.dumps(job).encode())
+                    ours.send(json.dumps(check.job).encode())
                 except (ServerGone, OSError):
                     return failure("GraderError", "the judge's sandbox has ended")
                 deadline = time.monotonic() + timeout
@@ -220,7 +239,7 @@ class CheckGroup:
                     while (left := deadline + check.waited - time.monotonic()) > 0:
                         if select.select([ours], [], [], left)[0]:
                             verdict = broker.serve(ours, check.start_learner, check.start_worker, check.started,
-                                                   check.enter_hidden)
+                                                   functools.partial(check.enter, phase))
                             if verdict is not None:
                                 return read_verdict(verdict)
                 except PhaseTimeout:
@@ -284,7 +303,7 @@ class OneCheck:
                                                        (self.host, self.inside), group.cell_seconds, group._rooms)
         finally:
             self.waited += time.monotonic() - began
-        if what == self.job["what"] and self.phase == VISIBLE:  # what the cells printed: before any hidden input
+        if what == self.job["what"] and self.phase == VISIBLE:  # what the cells printed: no hidden input near
             group.reports.setdefault(self.job["notebook"], report)
         if what == self.job["what"]:
             seen = group.seen.setdefault(self.job["notebook"], {})
@@ -303,15 +322,15 @@ class OneCheck:
                                      log, group._rooms)
 
     def enter(self, phase: str) -> None:
+        """Hold `phase` (from now on, if not already)."""
+        if self.held is not None and phase == self.phase:
+            return
         began = time.monotonic()
         try:
             self.leave()
             self.phase, self.held = phase, gate().enter(phase, PHASE_WAIT)
         finally:
             self.waited += time.monotonic() - began
-
-    def enter_hidden(self) -> None:
-        self.enter(HIDDEN)
 
     def leave(self) -> None:
         if self.held is not None:
@@ -332,7 +351,8 @@ def read_verdict(verdict: Any) -> dict:
     """The judge's verdict, checked for shape (a judge that sent none was killed or crashed)."""
     try:
         return {"passed": verdict["passed"] is True, "ename": str(verdict.get("ename", ""))[:80],
-                "message": str(verdict.get("message", ""))[:8192], "findings": findings.known(verdict.get("findings"))}
+                "message": str(verdict.get("message", ""))[:8192], "findings": findings.known(verdict.get("findings")),
+                "retell": verdict.get("retell") is True}
     except (KeyError, TypeError, AttributeError):
         return failure("GraderError", "the judge ended without a verdict (its process was killed or crashed)")
 

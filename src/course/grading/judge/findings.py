@@ -2,11 +2,12 @@
 code runs: from the class and errno of what stopped the check (as the wire rebuilt it), from the
 grader's refusals, and, for a grading error, from the course's own check.
 
-A grading error is the course's experiment that did not come out as described (after its
-retries): the check stopped at an `expect` whose message its source begins with "GRADING ERROR"
-(04, 07), or at one about a checkpoint case whose experiment itself went wrong (05,
-course.checkpoint.verdict.experiment_failed). What the learner's code raised never counts as one,
-whatever its name or message.
+A grading error is the course's own fault: its experiment did not come out as described (after
+its retries), so the check stopped at an `expect` whose message its source begins with "GRADING
+ERROR" (04, 07), or at one about a checkpoint case whose experiment itself went wrong (05,
+course.checkpoint.verdict.experiment_failed); or the check could not run as written
+(messages.course_made: a name grading does not define, an argument that cannot cross). What the
+learner's code raised never counts as one, whatever its name or message.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def of_check(error: BaseException, job: dict[str, Any]) -> list[str]:
         found.add("learner_lost")
     if isinstance(error, Refused):  # the grader could not do what the judge asked
         found.add(GRADER.get(error.ename, "grading_error"))
-    if _course_experiment_failed(error, job["check"]):
+    if _course_experiment_failed(error, job["check"]) or messages.course_made(error, set(job.get("answers", {}))):
         found.add("grading_error")
     return sorted(found)
 

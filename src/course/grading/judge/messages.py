@@ -1,9 +1,9 @@
 """What a failed check tells the learner, and in whose words.
 
-A visible part's failure reads as in Lab: the check's message, or what the learner's code
-raised. A hidden part's failure is told in the course's words only: the failing call's message
-as the check writes it, each value elided unless marked `shown(...)`; what the learner's code
-raised there is named by its type.
+A check without a hidden part, or a check's visible part run alone, fails as in Lab: the check's
+message, or what the learner's code raised. A check run with its hidden part is told in the
+course's words only: the failing call's message as the check writes it, each value elided unless
+marked `shown(...)`; what the learner's code raised there is named by its type.
 """
 
 from __future__ import annotations
@@ -23,11 +23,22 @@ ELIDED = "…"
 
 
 def verdict(error: BaseException, job: dict[str, Any]) -> dict[str, Any]:
-    hidden = bool(job.get("entered_hidden")) or _in_hidden_part(error, job.get("hidden_from"))
+    """A failed check's verdict. A check with a hidden part runs whole in the hidden phase
+    (course.grading.judge.phases), so any failure of it is told in the course's words. `retell`:
+    it failed before that part, and Lab would tell it in more than the course's words (the grader
+    then has the visible part run alone, in the visible phase, to tell it so)."""
+    hidden_from = job.get("hidden_from")
+    if hidden_from is None:
+        return {**_told(error, job, False), "retell": False}
+    told = _told(error, job, True)
+    return {**told, "retell": _before_hidden_part(error, hidden_from) and _told(error, job, False) != told}
+
+
+def _told(error: BaseException, job: dict[str, Any], hidden: bool) -> dict[str, Any]:
     answers = set(job.get("answers", {}))
     if isinstance(error, AssertionError) and not getattr(error, "remote", False):  # the check's own (expect)
         source = job["check"]
-        message = _template(error, source, job.get("words", frozenset())) if hidden else _as_in_lab(error, source)
+        message = _template(error, source) if hidden else _as_in_lab(error, source)
         return _failed("CheckFailed" if isinstance(error, CheckFailed) else type(error).__name__, message)
     if isinstance(error, NotImplementedError):
         stub = str(getattr(error, "stub", "") or "")
@@ -45,10 +56,26 @@ def verdict(error: BaseException, job: dict[str, Any]) -> dict[str, Any]:
     name = type(error).__name__
     if isinstance(error, NameError) and getattr(error, "name", None) in answers:
         return _failed("NotImplementedError", not_implemented(error.name))
+    if (made := course_made(error, answers)) is not None:
+        return _failed("GraderError", f"grading error: the check {made}; the course's mistake, not your answer's "
+                       "(your instructor grades this again)")
     if getattr(error, "remote", False):
         told = f"your code raised {name}" + ("" if hidden else f": {_text(error)}")
         return _failed(name, told + (" (in a hidden check)" if hidden else ""))
     return _failed(name, f"a hidden check stopped with {name}" if hidden else _text(error))
+
+
+def course_made(error: BaseException, answers: set[str]) -> str | None:
+    """What the check itself got wrong, when that stopped it (a correct answer would fail too): a
+    name it reads that grading does not define (only a cell that is not `setup` does, in Lab), or
+    an argument it passes that cannot cross to the learner process. None otherwise."""
+    if getattr(error, "remote", False):
+        return None  # the learner's code raised it
+    if isinstance(error, NameError) and error.name and error.name not in answers:
+        return f"reads `{error.name}`, which no `setup` cell and no answer of yours defines"
+    if isinstance(error, wire.NotPlainData):
+        return f"passed your function a value that cannot reach the process running your notebook ({_text(error)})"
+    return None
 
 
 def _failed(ename: str, message: str) -> dict[str, Any]:
@@ -84,18 +111,15 @@ def _check_frames(error: BaseException) -> list[types.TracebackType]:
     return found
 
 
-def _in_hidden_part(error: BaseException, hidden_from: int | None) -> bool:
-    """Whether the check's top-level statement running when it stopped is in a hidden region.
-    (A function the visible part defined and the hidden part called counts as hidden.)"""
+def _before_hidden_part(error: BaseException, hidden_from: int) -> bool:
+    """Whether the check stopped before its hidden region: its top-level statement running then is
+    above it, or none ran yet (a function the visible part defined and the hidden part called
+    counts as hidden)."""
     frames = _check_frames(error)
-    if hidden_from is None:
-        return False
-    if not frames:
-        return True  # stopped outside the check's own code: say nothing of it
-    return frames[0].tb_lineno >= hidden_from
+    return not frames or frames[0].tb_lineno < hidden_from
 
 
-def _template(error: BaseException, source: str, words_before: frozenset = frozenset()) -> str:
+def _template(error: BaseException, source: str) -> str:
     """The failing check's message as the check writes it, values elided unless `shown` and made of
     course words (`course_words`): the message argument (the last) of the call the check's code was
     in when it failed (`expect(...)`, or a helper of the check's own), innermost first."""
@@ -106,7 +130,7 @@ def _template(error: BaseException, source: str, words_before: frozenset = froze
         elided = _Elide().visit(ast.parse(ast.unparse(call.args[-1]), mode="eval"))  # a copy: the cached tree stays
         if isinstance(elided.body, ast.Constant) and elided.body.value == ELIDED:
             continue  # no words of the course's in it: look at the caller
-        words = _literals(source) | set(words_before)
+        words = _literals(source)
         try:
             text = eval(compile(ast.fix_missing_locations(elided), FILENAME, "eval"), trace.tb_frame.f_globals,
                         {**trace.tb_frame.f_locals, "shown": lambda value: course_words(value, words)})
@@ -118,9 +142,10 @@ def _template(error: BaseException, source: str, words_before: frozenset = froze
 
 def course_words(value: Any, words: set) -> Any:
     """`value` if it is made of words a learner may see in a hidden part's message, else "…": the
-    check's own literals, what the learner's names held before any hidden input existed (`atoms`),
-    small counts, and lists, reprs and "a, b and c" joins of those. Anything a learner process
-    could have made from a hidden input is not among them."""
+    check's own literals, small counts, and lists, reprs and "a, b and c" joins of those. Anything
+    a learner process could have made from a hidden input is not among them (a value learner code
+    made in the hidden phase is not, even one it held before the check's hidden part began: another
+    check's hidden input may have reached it)."""
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, (list, tuple)):
@@ -138,21 +163,6 @@ def course_words(value: Any, words: set) -> Any:
         if inner != value and course_words(inner, words) == inner:
             return value
     return ELIDED
-
-
-def atoms(values: Any, found: set | None = None, depth: int = 0) -> frozenset:
-    """Every string and number inside plain data (dicts, lists, tuples, sets)."""
-    found = set() if found is None else found
-    if isinstance(values, (str, int, float)) and not isinstance(values, bool):
-        found.add(values)
-    elif isinstance(values, dict) and depth < 20:
-        for key, value in values.items():
-            atoms(key, found, depth + 1)
-            atoms(value, found, depth + 1)
-    elif isinstance(values, (list, tuple, set, frozenset)) and depth < 20:
-        for value in values:
-            atoms(value, found, depth + 1)
-    return frozenset(found)
 
 
 @functools.lru_cache(maxsize=64)

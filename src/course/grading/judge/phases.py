@@ -3,11 +3,14 @@
 A hidden part's inputs reach learner code, and a learner process can pass what it holds to any
 other learner process running at that moment through channels no sandbox closes (locks on a file
 every sandbox reads, inotify, timing). So no learner code that may still author text a learner
-is shown (a notebook being run, a visible part) runs while hidden inputs exist in any learner
-process of this machine's grading: a check holds the visible phase from its start until its
-hidden region begins, then the hidden phase until its learner processes are gone. A hidden
-part's failure is told in the course's words only, so what is left to a learner there is
-whether it passed.
+is shown runs while hidden inputs exist in any learner process of this machine's grading. Each
+check starts in the visible phase, where its learner process runs the notebook (what the cells
+print is fixed there); a check without a hidden part stays in it. A check with a hidden part waits
+for the hidden phase before its first statement and holds it until its learner processes are
+gone, so that no wait for a phase falls between its visible and hidden parts (a lease taken in
+one would run out before the other); its failure is told in the course's words only, so what is
+left to a learner there is whether it passed. (A failure before its hidden part is told again,
+as Lab tells it, by its visible part run alone in the visible phase.)
 
 Each phase admits any number of checks (any student, any grading process of this user); the two
 exclude each other, and checks waiting for one turn new entrants of the other away, so neither
