@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,17 @@ def nbgrader_metadata(grade_id: str, *, grade=False, solution=False, locked=Fals
     if grade:
         meta["points"] = 1 if points is None else points
     return {"nbgrader": meta}
+
+
+@pytest.fixture(autouse=True)
+def own_temporary_folder():
+    """A test that sets TMPDIR (monkeypatch.setenv) may be the first to call tempfile.gettempdir(),
+    which then keeps its tmp_path for the rest of the worker: a later test's files (a grading
+    process's private folder and janitor, the hub test's environment) would land in a folder that
+    test owns. Forget what tempfile cached during the test."""
+    before = tempfile.tempdir
+    yield
+    tempfile.tempdir = before
 
 
 @pytest.fixture(autouse=True)
