@@ -34,7 +34,9 @@ from course.checkpoint.trial import NEMESES
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--implementation", default="reference",
-                        help="'reference' (default) or a folder with 01_claims, 02_fencing and 04_recovery")
+                        help="the fences: 'reference' (default) or a folder with 01_claims, 02_fencing and 04_recovery")
+    parser.add_argument("--worker", default="reference",
+                        help="the pass both workers run: 'reference' (default) or a folder with 05_checkpoint")
     parser.add_argument("--lease", type=float, default=2.0, help="the old worker's lease in seconds (default 2)")
     parser.add_argument("--parallel", type=int, default=matrix.PARALLEL, help="trials at once (default %(default)s)")
     parser.add_argument("--point", action="append", choices=list(POINTS), dest="points", help="repeatable")
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         specs = [spec for spec in specs if spec.index in set(args.only)]
     try:
         result = matrix.run_matrix(specs, args.implementation, lease_seconds=args.lease, parallel=args.parallel,
-                                   seed=args.seed if args.soak is not None else None, output_dir=args.output_dir)
+                                   seed=args.seed if args.soak is not None else None, output_dir=args.output_dir,
+                                   worker=args.worker)
     except ValueError as error:
         parser.error(str(error))
     except KeyboardInterrupt:

@@ -42,7 +42,8 @@ from typing import Any
 from course import kernel_runs
 from course.checks import is_stub, not_implemented
 from course.grading import findings
-from course.graded_cells import FUNCTIONS, GRADED_CELLS, NOTEBOOK_OF
+from course.graded_cells import FENCES, FUNCTIONS, GRADED_CELLS, NOTEBOOK_OF, WORKER
+from reference_organizations.store.assistant import run_once
 from sovereign_agent.ownership import REFERENCE, Ownership
 
 REFERENCE_NAME = "reference"
@@ -346,41 +347,61 @@ def _message(error: BaseException) -> str:
 
 @dataclass
 class LoadedImplementation:
-    """What `load_implementation` found; `ownership` is what the worker runs."""
+    """What `load_implementation` found: `ownership` (the fences) and `run_once` (the worker pass)."""
 
     ownership: Ownership
     folder: Path | None
+    run_once: Callable[..., Any] = run_once
     missing: list[str] = field(default_factory=list)  # names still stubs at definition time
     modules: list[types.ModuleType] = field(default_factory=list)
     versions: list[Version] = field(default_factory=list)  # which saved version of each definition
     runs: list[CellRun] = field(default_factory=list)  # how each cell ended
 
 
-def describe(implementation: str | Path) -> str:
-    """A short, stable label for reports: 'reference' or the folder's absolute path."""
-    if str(implementation) == REFERENCE_NAME:
-        return REFERENCE_NAME
-    return str(Path(implementation).expanduser().resolve())
+def describe(implementation: str | Path, worker: str | Path = REFERENCE_NAME) -> str:
+    """A short, stable label for reports: 'reference' or the folder's absolute path (and the worker's, if not the same)."""
+    def label(source: str | Path) -> str:
+        return REFERENCE_NAME if str(source) == REFERENCE_NAME else str(Path(source).expanduser().resolve())
+
+    fences, pass_ = label(implementation), label(worker)
+    return fences if pass_ in (fences, REFERENCE_NAME) else (
+        f"worker {pass_}" if fences == REFERENCE_NAME else f"fences {fences}, worker {pass_}")
 
 
-def load_implementation(implementation: str | Path, *, require_saved: bool = False,
-                        seconds: float = CELL_SECONDS) -> LoadedImplementation:
-    """`"reference"` or a folder holding the learner's three notebooks, each run as written.
+def load_implementation(implementation: str | Path, *, worker: str | Path = REFERENCE_NAME,
+                        require_saved: bool = False, seconds: float = CELL_SECONDS) -> LoadedImplementation:
+    """The fences from `implementation` and the worker pass from `worker`: each `"reference"` or a
+    folder holding the learner's notebooks (01, 02, 04 for the fences; 05 for the pass), run as written.
 
     A graded cell that raised without defining its name stops the load with the cell's own error;
     one that still holds the stub makes that function `NotImplementedYet`.
     `require_saved`: raise LearnerCodeError ("save <notebook> first") when a learner's kernel ran
     a graded definition that the saved notebook does not hold.
     """
-    if str(implementation) == REFERENCE_NAME:
-        return LoadedImplementation(REFERENCE, None)
-    folder = Path(implementation).expanduser().resolve()
+    loaded = LoadedImplementation(REFERENCE, None)
+    parts = [(source, notebooks) for source, notebooks in ((implementation, FENCES), (worker, (WORKER,)))
+             if str(source) != REFERENCE_NAME]
+    defined: dict[str, Any] = {}
+    for source, notebooks in parts:
+        loaded.folder = loaded.folder or Path(source).expanduser().resolve()
+        defined |= _load_notebooks(Path(source).expanduser().resolve(), notebooks, loaded, require_saved, seconds)
+    if str(implementation) != REFERENCE_NAME:
+        loaded.ownership = Ownership(**{name: _guarded(name, defined.get(name), loaded.missing) for name in FUNCTIONS})
+    if str(worker) != REFERENCE_NAME:
+        loaded.run_once = _guarded("run_once", defined.get("run_once"), loaded.missing)
+    return loaded
+
+
+def _load_notebooks(folder: Path, notebooks: tuple[str, ...], loaded: LoadedImplementation, require_saved: bool,
+                    seconds: float) -> dict[str, Any]:
+    """Run each notebook's cells in a module of its own (a later notebook's `setup` may import the
+    reference `claim`, which must not replace the learner's); the graded names they defined."""
     if not folder.is_dir():
         raise LearnerCodeError(f"no notebook folder at {folder}")
-    cells = {notebook: notebook_cells(folder, notebook) for notebook in GRADED_CELLS}
-    for notebook, graded in GRADED_CELLS.items():
+    cells = {notebook: notebook_cells(folder, notebook) for notebook in notebooks}
+    for notebook in notebooks:
         present = {cell.label for cell in cells[notebook]}
-        for grade_id, _ in graded:
+        for grade_id, _ in GRADED_CELLS[notebook]:
             if grade_id not in present:
                 raise LearnerCodeError(
                     f"{folder / notebook} has no code cell with nbgrader grade_id {grade_id!r}: restore the "
@@ -389,27 +410,26 @@ def load_implementation(implementation: str | Path, *, require_saved: bool = Fal
     stale = [version for version in judged if version.unsaved]
     if require_saved and stale:
         raise LearnerCodeError(unsaved_message(stale))
-    loaded = LoadedImplementation(REFERENCE, folder, versions=judged)
+    loaded.versions += judged
     defined: dict[str, Any] = {}
-    for notebook, graded in GRADED_CELLS.items():
+    for notebook in notebooks:
         module = fresh_module(notebook)
         loaded.modules.append(module)
+        graded = dict(GRADED_CELLS[notebook])
         for cell in cells[notebook]:
             (run,) = run_cells([cell], module, seconds)
             loaded.runs.append(run)
-            for grade_id, name in graded:
-                if grade_id != cell.label:
-                    continue
-                if run.ename == "NotImplementedError" or (name in module.__dict__ and is_stub(module.__dict__[name])):
-                    loaded.missing.append(name)
-                elif name not in module.__dict__:
-                    raise LearnerCodeError(f"{notebook}, cell {grade_id!r} raised {run.ename}: {run.evalue}"
-                                           if run.failed else f"{notebook}, cell {grade_id!r} does not define {name!r}")
-                # Captured now: a later cell rebinding the name cannot swap the graded object.
-                defined[name] = module.__dict__.get(name)
-    functions = {name: _guarded(name, defined.get(name), loaded.missing) for name in FUNCTIONS}
-    loaded.ownership = Ownership(**functions)
-    return loaded
+            name = graded.get(cell.label)
+            if name is None:
+                continue
+            if run.ename == "NotImplementedError" or (name in module.__dict__ and is_stub(module.__dict__[name])):
+                loaded.missing.append(name)
+            elif name not in module.__dict__:
+                raise LearnerCodeError(f"{notebook}, cell {cell.label!r} raised {run.ename}: {run.evalue}"
+                                       if run.failed else f"{notebook}, cell {cell.label!r} does not define {name!r}")
+            # Captured now: a later cell rebinding the name cannot swap the graded object.
+            defined[name] = module.__dict__.get(name)
+    return defined
 
 
 def load_ownership(folder: str | Path) -> Ownership:

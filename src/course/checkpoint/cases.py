@@ -15,6 +15,11 @@ paused               the worker is frozen (SIGSTOP) while it holds the lease, an
                      just before it completes), where it tries the same three writes. It uses the SAME owner label as its
                      replacement, as a process restarted from the same configuration would: the
                      row then differs from its claim in the generation alone.
+answer_lost          (by name only) no crash: the old worker runs one whole pass; the supplier
+                     commits its order and loses the answer (OutcomeUnknown). The pass must end
+                     with the order in doubt and its money reserved, not DONE. A later assignment
+                     is queued; once the retry delay has passed, a replacement pass (no model)
+                     must reconcile the order before a second pass takes the later work.
 accepted_then_crash  the worker sends the order; the supplier commits it and holds the answer;
                      the parent kills the worker as soon as the commit is on disk, so the order
                      is SENDING locally and accepted remotely. A later assignment is queued. After
@@ -40,22 +45,22 @@ from typing import Any
 
 from course.checkpoint import stale
 from course.checkpoint.evidence import CaseEvidence, claim_fields, count_shop, count_supplier, exit_signal, work_state
-from course.checkpoint.model import CountingModel, NewReasoningRequested, NoNewReasoning
 from course.checkpoint.processes import START_TIMEOUT, WorkerFailed, WorkerProcess
 from course.checkpoint.scenario import OPERATOR, PROMPT, SUBJECT
 from course.learner import NotImplementedYet
-from reference_organizations.store.agent import OfflineShopModel, seed_lucy
-from reference_organizations.store.assistant import run_once
+from reference_organizations.store.agent import seed_lucy
 from reference_organizations.store.supplier import SupplierProcess, start_supplier
 from sovereign_agent.assistant_orders import SpendingPolicy
 from sovereign_agent.assistant_work import Claim, enqueue
 from sovereign_agent.database import Database
 from sovereign_agent.ownership import Ownership
-from sovereign_agent.records import authority_epoch, lease_expiry, orders_of, spending_policy
+from sovereign_agent.records import authority_epoch, lease_expiry, spending_policy
 
 KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH = "killed", "live_stale", "paused", "accepted_then_crash"
 ALL = (KILLED, LIVE_STALE, PAUSED, ACCEPTED_THEN_CRASH)
+ANSWER_LOST = "answer_lost"  # run by name: a worker pass's own decision, no crash (05's capstone)
 TITLES = {
+    ANSWER_LOST: "the supplier's answer lost, then a later pass",
     KILLED: "killed holder (SIGKILL before sending)",
     LIVE_STALE: "live stale holder",
     PAUSED: "paused holder (SIGSTOP, then SIGCONT)",
@@ -65,6 +70,7 @@ REPLACEMENT = "replacement"
 SAME_LABEL = "lucy-stock-worker"  # the paused case: old holder and replacement share a label
 SUPPLIER_TIMEOUT = 3.0  # the replacement's client
 HOLD_SECONDS = 30.0  # accepted_then_crash: the supplier sits on its answer this long
+PASS_TIMEOUT = 30.0  # bound on one replacement pass (its supplier waits are SUPPLIER_TIMEOUT each)
 
 
 class Abort(Exception):
@@ -74,7 +80,7 @@ class Abort(Exception):
 @dataclass(frozen=True)
 class Setting:
     ownership: Ownership  # the implementation under test, as the parent calls it
-    worker_implementation: str  # what the worker loads: "reference" or a folder
+    worker_implementation: str  # the fences the workers load: "reference" or a folder
     label: str
     lease: float
     folder: Path
@@ -86,6 +92,7 @@ class Setting:
     verify: bool = False
     claim_class: type | None = None  # the learner's Claim, to rebuild the old holder's claim (verify)
     supplier_fence: Any = None  # start_supplier's `fence`: None, "reference", or a rule of this process
+    worker_pass: str = "reference"  # the pass every worker runs: the reference `run_once`, or a folder's (05)
 
 
 @dataclass
@@ -101,6 +108,7 @@ class Prepared:
     stack: ExitStack
     db: Database | None = None
     worker: WorkerProcess | None = None
+    replacement: WorkerProcess | None = None  # loaded while the old one works: its start costs no lease
     supplier: SupplierProcess | None = None
     error: str | None = None
     starting: Future | None = None  # the processes being started on the spawner thread
@@ -123,8 +131,9 @@ class Prepared:
     def release(self) -> None:
         """Ask the processes to stop without waiting for them (close() reaps them later):
         end-of-file on the worker's channel, SIGTERM to the supplier."""
-        if self.worker is not None:
-            self.worker.release()
+        for worker in (self.worker, self.replacement):
+            if worker is not None:
+                worker.release()
         if self.supplier is not None and self.supplier.process.poll() is None:
             self.supplier.process.terminate()
 
@@ -158,7 +167,8 @@ def prepare(
     the supplier's `switches` default to the named case's; the crash matrix sets its own.
     """
     evidence = CaseEvidence(case=name, title=title or TITLES[name], implementation=setting.label,
-                            lease_seconds=setting.lease)
+                            lease_seconds=setting.lease, fences_learner=setting.worker_implementation != "reference",
+                            worker_learner=setting.worker_pass != "reference")
     folder = setting.folder / name
     folder.mkdir(parents=True)
     ledgers = (setting.private or setting.folder) / name
@@ -186,14 +196,16 @@ def _start_processes(
     evidence, began = prepared.evidence, time.monotonic()
     owner = owner or (SAME_LABEL if prepared.name == PAUSED else "old-worker")
     try:
-        prepared.worker = prepared.stack.enter_context(WorkerProcess(
+        prepared.worker, prepared.replacement = (prepared.stack.enter_context(WorkerProcess(
             prepared.folder, database=prepared.database, implementation=setting.worker_implementation,
-            owner=owner, lease=setting.lease, spawn=setting.spawn,
-        ))
+            worker=setting.worker_pass, name=name, owner=owner, lease=setting.lease, spawn=setting.spawn,
+        )) for name in ("worker", REPLACEMENT))
         evidence.worker_pid, evidence.worker_owner = prepared.worker.pid, owner
         evidence.mark("old worker", "process started", prepared.worker.started_at)
         if switches is None and prepared.name == ACCEPTED_THEN_CRASH:
             switches = {"hold_seconds": HOLD_SECONDS, "committed_file": prepared.folder / "committed.json"}
+        if switches is None and prepared.name == ANSWER_LOST:
+            switches = {"drop_first_response": True}
         socket = {"socket": prepared.folder / "supplier.sock"} if setting.spawn is not None else {}
         fence = {"fence": setting.supplier_fence} if setting.supplier_fence is not None else {}
         prepared.supplier = prepared.stack.enter_context(start_supplier(prepared.ledger, **(switches or {}), **socket,
@@ -232,19 +244,13 @@ def run_prepared(
             prepared.started()
             if prepared.error is not None:
                 raise Abort(prepared.error)
-            worker = prepared.worker
-            worker.send({"do": "claim"})
-            if on_claim is not None:
-                on_claim()
-            ready = worker.ready()
-            _record_ready(evidence, ready)
-            if "error" in ready:
-                if ready["error"].startswith("not implemented yet"):
-                    raise Abort(f"{ready['error']} (the old worker stopped while it claimed and prepared the order)")
-                raise Abort(f"the old worker could not claim and prepare the order: {ready['error']}")
-            stage = Stage(prepared, setting, ready, spending_policy(prepared.db.connection, {OPERATOR}), while_waiting)
-            _competing_claim(stage)
-            STEPS[prepared.name](stage)
+            policy = spending_policy(prepared.db.connection, {OPERATOR})
+            if prepared.name == ANSWER_LOST:  # a whole pass, not the claim-and-obey protocol
+                if on_claim is not None:
+                    on_claim()
+                STEPS[ANSWER_LOST](Stage(prepared, setting, {}, policy, while_waiting))
+            else:
+                _claim_and_obey(prepared, setting, policy, on_claim, while_waiting)
             completed = True
         finally:
             if completed and reap_later:
@@ -254,6 +260,25 @@ def run_prepared(
     _count(evidence, prepared.database, prepared.ledger)
     evidence.wall_seconds = time.monotonic() - started
     return evidence
+
+
+def _claim_and_obey(prepared: Prepared, setting: Setting, policy: SpendingPolicy,
+                    on_claim: Callable[[], None] | None, while_waiting: Callable[[], None] | None) -> None:
+    """The four cases: the old worker claims and prepares the order, a competing claim is refused
+    under its live lease, then the case's own steps."""
+    worker, evidence = prepared.worker, prepared.evidence
+    worker.send({"do": "claim"})
+    if on_claim is not None:
+        on_claim()
+    ready = worker.ready()
+    _record_ready(evidence, ready)
+    if "error" in ready:
+        if ready["error"].startswith("not implemented yet"):
+            raise Abort(f"{ready['error']} (the old worker stopped while it claimed and prepared the order)")
+        raise Abort(f"the old worker could not claim and prepare the order: {ready['error']}")
+    stage = Stage(prepared, setting, ready, policy, while_waiting)
+    _competing_claim(stage)
+    STEPS[prepared.name](stage)
 
 
 @contextmanager
@@ -352,12 +377,12 @@ def _wait_for_expiry(stage: Stage) -> None:
 
 
 def _replace(stage: Stage, owner: str, holding: Callable[[], None] | None = None) -> None:
-    """The replacement: the real run_once, with a model that fails if asked (`holding`: see _worker_pass)."""
+    """The replacement: one pass of the worker under test, in its own process, with a model that
+    fails if asked (`holding`: see _worker_pass)."""
     evidence = stage.prepared.evidence
-    model = NoNewReasoning()
-    outcome, began, ended = _worker_pass(stage, model, owner, holding)
-    evidence.model_calls = model.calls
-    evidence.replacement = _jsonable(outcome) | {"owner": owner, "began": began, "ended": ended}
+    outcome, began, ended = _worker_pass(stage, "none", owner, holding)
+    evidence.model_calls = outcome.pop("model_calls", 0)
+    evidence.replacement = outcome | {"owner": owner, "began": began, "ended": ended}
     evidence.mark("replacement", "run_once", began)
     evidence.leases.append({
         "lane": "replacement", "generation": outcome.get("generation"), "owner": owner,
@@ -365,52 +390,44 @@ def _replace(stage: Stage, owner: str, holding: Callable[[], None] | None = None
     })
 
 
-def _worker_pass(stage: Stage, model: Any, owner: str,
+HOLD_POINT = "receipt-recorded"  # where a replacement that is `holding` waits: its orders settled, finish not called
+
+
+def _worker_pass(stage: Stage, model: str, owner: str,
                  holding: Callable[[], None] | None = None) -> tuple[dict[str, Any], float, float]:
-    """One real run_once in the parent; a failure becomes the outcome's "error", not a crash.
-    `holding` runs once just before the pass completes its work: the row is still RUNNING under
-    this pass's claim, with a live lease, and its orders are settled."""
+    """One pass of the worker under test in the replacement process (`model`: "none", a model that
+    fails if asked, or "offline"). `holding` runs once just before the pass completes its work: the
+    row is still RUNNING under this pass's claim, with a live lease, and its orders are settled.
+    Returns how the pass ended (its own account, for the picture: the judging reads the files)."""
+    process = stage.prepared.replacement
+    process.request({"do": "ping"}, timeout=START_TIMEOUT)  # loaded before its pass is timed
     began = time.time()
-    learner = stage.setting.ownership
-    decisions: list[tuple[str, Any]] = []  # (work id, what the learner's order_to_continue returned)
-    held: list[bool] = []
-
-    def order_to_continue(db: Any, work: Any) -> Any:
-        decision = learner.order_to_continue(db, work)
-        decisions.append((work.id, decision))
-        return decision
-
-    def finish(db: Any, work: Any, *args: Any, **kwargs: Any) -> Any:
-        if holding is not None and not held:
-            held.append(True)
-            holding()
-        return learner.finish(db, work, *args, **kwargs)
-
-    try:
-        outcome = run_once(
-            stage.prepared.db, model, owner=owner, supplier=stage.prepared.supplier.client(timeout=SUPPLIER_TIMEOUT),
-            policy=stage.policy, ownership=dataclasses.replace(learner, order_to_continue=order_to_continue, finish=finish),
-        )
-    except NotImplementedYet:
-        raise
-    except NewReasoningRequested as asked:
-        outcome = {"error": str(asked)}
-    except Exception as error:
-        outcome = {"error": _pass_error(stage, error, decisions)}
-    return outcome, began, time.time()
+    process.send({"do": "pass", "point": HOLD_POINT if holding else None, "endpoint": _endpoint(stage),
+                  "identity": stage.prepared.supplier.identity, "timeout": SUPPLIER_TIMEOUT, "model": model,
+                  "owner": owner, "own_lease": True})
+    reply = _held(process) if holding is not None else None
+    if holding is not None and reply is None:
+        holding()
+        process.send({"do": "go"})
+    reply = reply or process.reply(PASS_TIMEOUT)
+    error = str(reply.get("error") or "")
+    if error.startswith("NotImplementedYet: "):
+        raise Abort(error.removeprefix("NotImplementedYet: "))
+    outcome = dict(reply.get("outcome") or {}) | ({"error": error} if error else {})
+    return outcome | {"model_calls": int(reply.get("model_calls") or 0)}, began, time.time()
 
 
-def _pass_error(stage: Stage, error: Exception, decisions: list[tuple[str, Any]]) -> str:
-    """The replacement's failure, blamed on the learner's decision when that decision is why."""
-    if decisions:
-        work_id, decision = decisions[-1]
-        orders = [o["id"] for o in orders_of(stage.prepared.db.connection, work_id) if o["status"] not in ("DRAFT", "REVOKED")]
-        if decision not in orders and orders:
-            return (f"your `order_to_continue` returned {decision!r} for an assignment whose recorded order "
-                    f"{orders[-1]!r} is past the draft stage, so the runtime had no order to continue "
-                    f"({type(error).__name__}: {error}); expected that order's id (revisit `order_to_continue` "
-                    "in 04_recovery)")
-    return f"{type(error).__name__}: {error}"
+def _held(process: WorkerProcess) -> dict[str, Any] | None:
+    """None once the replacement stopped at HOLD_POINT (its ready record); else its pass's reply,
+    as it ended before getting there (bounded: no reply in time is a WorkerFailed)."""
+    deadline = time.monotonic() + PASS_TIMEOUT
+    while not process.ready_file.exists():
+        early = process.poll_reply(0.005)
+        if early is not None:
+            return early
+        if process.process.poll() is not None or time.monotonic() > deadline:
+            return process.reply(0)
+    return None
 
 
 def _stale_writes(stage: Stage) -> None:
@@ -522,11 +539,43 @@ def _accepted_then_crash(stage: Stage) -> None:
     _replace(stage, REPLACEMENT)
     # A second pass may take the later assignment; new work may reason, so it gets a real model
     # whose calls are counted separately from the recovery's.
-    model = CountingModel(OfflineShopModel())
-    outcome, began, ended = _worker_pass(stage, model, REPLACEMENT)
-    evidence.later_work = {"id": later, "pass": _jsonable(outcome), "model_calls": model.calls,
+    outcome, began, ended = _worker_pass(stage, "offline", REPLACEMENT)
+    evidence.later_work = {"id": later, "model_calls": outcome.pop("model_calls"), "pass": outcome,
                            "began": began, "ended": ended}
     evidence.mark("replacement", "second pass (later work)", began)
+
+
+def _answer_lost(stage: Stage) -> None:
+    evidence, worker = stage.prepared.evidence, stage.prepared.worker
+    worker.request({"do": "ping"}, timeout=START_TIMEOUT)
+    reply = worker.request({"do": "pass", "point": None, "endpoint": _endpoint(stage), "model": "offline",
+                            "identity": stage.prepared.supplier.identity, "timeout": SUPPLIER_TIMEOUT,
+                            "own_lease": True}, timeout=PASS_TIMEOUT)
+    evidence.mark("old worker", f"pass ended: {reply.get('status') or reply.get('error')}", reply.get("ended_at") or time.time())
+    error = str(reply.get("error") or "")
+    if error.startswith("NotImplementedYet: "):
+        raise Abort(error.removeprefix("NotImplementedYet: "))
+    state, shop = work_state(stage.prepared.database, evidence.work_id), count_shop(stage.prepared.database, evidence.work_id)
+    evidence.operation = next((o["id"] for o in shop["orders"]), None)
+    evidence.order_amount = next((o["amount"] for o in shop["orders"]), None)
+    evidence.old_generation = shop["generation"]
+    evidence.after_lost_answer = {"status": state.get("status"), "order_status": (state["orders"] or [None])[0],
+                                  "reserved_pence": shop["reserved_pence"], "spent_pence": shop["spent_pence"],
+                                  "available_after": state.get("available_after"), "pass": reply.get("outcome")}
+    later = enqueue(stage.prepared.db, "phone:later", OPERATOR, "Check the strawberry stock", subject="SKU-STRAWBERRY")
+    _wait_until(state.get("available_after"), stage)
+    evidence.expiry_observed_at = time.time()
+    _replace(stage, REPLACEMENT)
+    outcome, began, ended = _worker_pass(stage, "offline", REPLACEMENT)
+    evidence.later_work = {"id": later, "model_calls": outcome.pop("model_calls"), "pass": outcome,
+                           "began": began, "ended": ended}
+
+
+def _wait_until(moment: float | None, stage: Stage) -> None:
+    """The retry delay of BLOCKED work, on the wall clock (bounded by the runtime's 60 s cap)."""
+    if moment is not None:
+        time.sleep(max(0.0, min(moment - time.time(), 61.0)) + 0.05)
+    stage.prepared.evidence.mark("replacement", "retry delay over (wall clock)", time.time())
 
 
 STEPS: dict[str, Callable[[Stage], None]] = {
@@ -534,6 +583,7 @@ STEPS: dict[str, Callable[[Stage], None]] = {
     LIVE_STALE: _live_stale,
     PAUSED: _paused,
     ACCEPTED_THEN_CRASH: _accepted_then_crash,
+    ANSWER_LOST: _answer_lost,
 }
 
 
@@ -574,10 +624,3 @@ def _count(evidence: CaseEvidence, database: Path, ledger: Path) -> None:
             "first_kind": touched[0]["kind"] if touched else None,
             "status": work_state(database, later_id).get("status"),
         }
-
-
-def _jsonable(outcome: Any) -> dict[str, Any]:
-    if not isinstance(outcome, dict):
-        return {"result": repr(outcome)}
-    return {key: value if isinstance(value, (str, int, float, bool, type(None), dict, list)) else repr(value)
-            for key, value in outcome.items()}

@@ -25,6 +25,7 @@ approves a DRAFT proposal as soon as the worker reports it, so one pass can go a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -143,25 +144,68 @@ def approve_draft(db: Any, order: str | None) -> None:
         approve(db, order, row["digest"], actor=OPERATOR, policy=policy_for(db), expires=time.time() + APPROVAL_SECONDS)
 
 
-def old_worker_pass(db: Any, ownership: Ownership, command: dict[str, Any], *, owner: str, lease: float,
-                    stop: Stop) -> dict[str, Any]:
-    """The old worker's pass (run in the worker process), stopping at `command["point"]`.
+def worker_pass(db: Any, implementation: Any, command: dict[str, Any], *, owner: str, lease: float | None,
+                stop: Stop) -> dict[str, Any]:
+    """One pass of the implementation's worker (run in a worker process), stopping at `command["point"]`.
 
-    Returns how the pass ended, as the worker saw it (for the picture only: the parent judges
-    from the databases). After a pause the pass goes on writing; a refusal ends it.
+    The old worker passes its short `lease`; the replacement passes None (its pass's own) and
+    `"model": "none"`, a model that fails if asked. Returns how the pass ended, as the worker saw
+    it (for the picture and the message only: the parent judges from the databases and the
+    supplier's ledger). After a pause the pass goes on writing; a refusal ends it.
     """
+    from course.checkpoint.model import CountingModel, NewReasoningRequested, NoNewReasoning
     from reference_organizations.store.agent import OfflineShopModel
-    from reference_organizations.store.assistant import run_once
     from reference_organizations.store.supplier import SupplierClient
 
-    hook = CrashHook(command["point"], stop)
+    hook = CrashHook(command.get("point"), stop)
     client = SupplierClient(command["endpoint"], identity=command["identity"], timeout=float(command["timeout"]))
+    model = NoNewReasoning() if command.get("model") == "none" else CountingModel(OfflineShopModel())
+    ownership, decisions = _deciding(instrument(implementation.ownership, hook=hook, lease=lease))
+    ended: dict[str, Any] = {"do": "pass", "point": command.get("point"), "owner": owner}
     try:
-        outcome = run_once(db, OfflineShopModel(), owner=owner, policy=policy_for(db),
-                           supplier=HookedSupplier(client, hook),
-                           ownership=instrument(ownership, hook=hook, lease=lease))
+        outcome = implementation.run_once(db, model, owner=owner, policy=policy_for(db),
+                                          supplier=HookedSupplier(client, hook), ownership=ownership)
+    except NewReasoningRequested as asked:
+        ended["error"] = str(asked)
     except Exception as error:  # a refusal (PermissionError) is the expected end after a takeover
-        return {"do": "pass", "point": command["point"], "reached": hook.reached,
-                "error": f"{type(error).__name__}: {error}", "ended_at": time.time()}
-    return {"do": "pass", "point": command["point"], "reached": hook.reached,
-            "status": outcome.get("status"), "ended_at": time.time()}
+        ended["error"] = _pass_error(db, error, decisions)
+        ended["ename"] = type(error).__name__
+    else:
+        ended["outcome"] = _plain(outcome)
+        ended["status"] = ended["outcome"].get("status")
+    return ended | {"reached": hook.reached, "model_calls": model.calls, "ended_at": time.time()}
+
+
+def _deciding(ownership: Ownership) -> tuple[Ownership, list[tuple[str, Any]]]:
+    """The same fences, keeping what `order_to_continue` decided (work id, order) for the blame."""
+    decisions: list[tuple[str, Any]] = []
+
+    def order_to_continue(db: Any, work: Any) -> Any:
+        decision = ownership.order_to_continue(db, work)
+        decisions.append((work.id, decision))
+        return decision
+
+    return dataclasses.replace(ownership, order_to_continue=order_to_continue), decisions
+
+
+def _pass_error(db: Any, error: Exception, decisions: list[tuple[str, Any]]) -> str:
+    """The pass's failure, blamed on the `order_to_continue` decision when that decision is why."""
+    from sovereign_agent.records import orders_of
+
+    if decisions:
+        work_id, decision = decisions[-1]
+        orders = [o["id"] for o in orders_of(db.connection, work_id) if o["status"] not in ("DRAFT", "REVOKED")]
+        if decision not in orders and orders:
+            return (f"your `order_to_continue` returned {decision!r} for an assignment whose recorded order "
+                    f"{orders[-1]!r} is past the draft stage, so there was no order to continue "
+                    f"({type(error).__name__}: {error}); expected that order's id (revisit `order_to_continue` "
+                    "in 04_recovery)")
+    return f"{type(error).__name__}: {error}"[:2000]
+
+
+def _plain(outcome: Any) -> dict[str, Any]:
+    """A pass's returned dict as JSON-able data (anything else is described, not trusted)."""
+    if not isinstance(outcome, dict):
+        return {"returned": repr(outcome)[:200]}
+    return {str(key)[:100]: value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)[:200]
+            for key, value in list(outcome.items())[:20]}

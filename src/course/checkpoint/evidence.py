@@ -37,6 +37,10 @@ class CaseEvidence:
     worker_signal: str | None = None
     worker_state_when_paused: str | None = None  # /proc state letter after SIGSTOP ('T')
 
+    # whose code ran: the fences (01, 02, 04) and the worker pass (05), the learner's or the runtime's
+    fences_learner: bool = True
+    worker_learner: bool = False
+
     # what the old worker held
     work_id: str | None = None
     old_generation: int | None = None
@@ -72,6 +76,7 @@ class CaseEvidence:
     replacement: dict[str, Any] | None = None
     model_calls: int | None = None  # counted by NoNewReasoning
     later_work: dict[str, Any] | None = None
+    after_lost_answer: dict[str, Any] | None = None  # answer_lost: the records when the old pass ended
 
     # the old holder's writes after the takeover, as it reported them
     expired_probe: list[dict[str, Any]] = field(default_factory=list)
@@ -211,7 +216,7 @@ def work_state(database: Path, work_id: str) -> dict[str, Any]:
     with closing(sqlite3.connect(database, timeout=10)) as db:
         db.row_factory = sqlite3.Row
         row = db.execute(
-            "SELECT status, generation, owner, expires FROM assistant_work WHERE id=?", (work_id,)
+            "SELECT status, generation, owner, expires, available_after FROM assistant_work WHERE id=?", (work_id,)
         ).fetchone()
         orders = [r["status"] for r in db.execute(
             "SELECT status FROM assistant_orders WHERE work_id=? ORDER BY created, rowid", (work_id,)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from course.checkpoint import blame
 from sovereign_agent.assistant_orders import UNCERTAIN
 
 CONTINUED = ("APPROVED", "SENDING", "UNKNOWN", "CONFIRMED", "REJECTED")  # an order to continue, no reasoning
@@ -48,6 +49,7 @@ TITLES = {
     "nothing-running": "nothing left running",
 }
 INVARIANTS = tuple(TITLES)
+BEFORE_ADMISSION = tuple(LANDED)[:tuple(LANDED).index("sending")]  # points whose old worker was never admitted
 # A late completion or transcript row passed the learner's finish or observe, which call the
 # learner's assert_current: the evidence cannot tell which of the two let it through.
 OR_FENCE = "(or the assert_current it calls)"
@@ -66,6 +68,7 @@ def judge_trial(evidence: Any) -> Any:
         sentence = None
         if breach is not None:
             detail, function = breach
+            function = blame.revisit_text((function,), evidence) or function
             sentence = f"{TITLES[name]} broke at {where}: {detail}; revisit {function}."
             evidence.failures.append(sentence)
         results.append({"name": name, "ok": breach is None, "sentence": sentence})
@@ -85,10 +88,14 @@ def _landed(e: Any) -> tuple[str, str] | None:
 
 
 def _one_order(e: Any) -> tuple[str, str] | None:
-    if e.supplier_orders == 1 and e.supplier_operations == [e.operation]:
-        return None
-    return (f"the supplier's ledger holds {e.supplier_orders} order(s) {e.supplier_operations}, the shop's order is "
-            f"{e.operation}", _stale_function(e) or "order_to_continue")
+    if e.supplier_orders != 1 or e.supplier_operations != [e.operation]:
+        return (f"the supplier's ledger holds {e.supplier_orders} order(s) {e.supplier_operations}, the shop's order "
+                f"is {e.operation}", _stale_function(e) or "order_to_continue")
+    if e.point in BEFORE_ADMISSION and (e.supplier_posts or 0) > 1:  # it stopped before any fence let it send
+        return (f"the supplier received {e.supplier_posts} order requests (POST) for one operation; the old worker "
+                "stopped before its order was admitted, so after the takeover only the replacement may send it",
+                "assert_current")
+    return None
 
 
 def _money(e: Any) -> tuple[str, str] | None:

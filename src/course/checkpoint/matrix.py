@@ -23,9 +23,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from course.checkpoint.cases import Setting
-from course.checkpoint.crashpoints import POINTS, instrument
-from course.checkpoint.run import Checkpoint
+from course.checkpoint.crashpoints import POINTS
+from course.checkpoint.run import Checkpoint, Elsewhere, setting_for
 from course.checkpoint.trial import NEMESES, TrialEvidence, TrialSpec, run_trial
 from course.learner import LearnerCodeError, describe, load_implementation
 
@@ -81,17 +80,19 @@ def run_matrix(
     output_dir: str | Path | None = None,
     on_result: Callable[[TrialEvidence], None] | None = None,
     supplier_fence: Any = None,
+    worker: str | Path = "reference",
 ) -> MatrixResult:
     """Run the trials, `parallel` at a time; `on_result` is called (in this thread) as each ends.
+    `implementation`: the fences ("reference", a notebook folder, or an Elsewhere when grading);
+    `worker`: the pass both workers of each trial run ("reference" or a folder holding 05_checkpoint).
     `supplier_fence` fences each trial's supplier (start_supplier's `fence`: "reference", or a rule)."""
     if not (isinstance(lease_seconds, (int, float)) and math.isfinite(lease_seconds) and 1.0 <= lease_seconds <= 60):
         raise ValueError("lease_seconds must be a number of seconds from 1 to 60")
-    started = time.monotonic()
-    result = MatrixResult()
+    started, result = time.monotonic(), MatrixResult()
     result.seed = seed
-    label = describe(implementation)
+    label = "your notebooks" if isinstance(implementation, Elsewhere) else describe(implementation, worker)
     try:
-        loaded = load_implementation(implementation)
+        loaded = None if isinstance(implementation, Elsewhere) else load_implementation(implementation, worker=worker)
     except LearnerCodeError as error:
         for spec in specs:
             result.append(_not_loaded(spec, label, lease_seconds, seed, error, on_result))
@@ -104,8 +105,8 @@ def run_matrix(
     else:
         temporary = tempfile.TemporaryDirectory(prefix="ch12-matrix-")
         folder = Path(temporary.name)
-    setting = Setting(instrument(loaded.ownership), label, label, float(lease_seconds), folder,
-                      supplier_fence=supplier_fence)
+    setting = setting_for(implementation, loaded, label, float(lease_seconds), folder, worker,
+                          supplier_fence=supplier_fence)
     done: dict[int, TrialEvidence] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="ch12-trial")
     try:

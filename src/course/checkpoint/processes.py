@@ -1,4 +1,4 @@
-"""The parent's handle on one old worker process: start, read its ready record, command, signal.
+"""The parent's handle on one worker process (the old worker, or its replacement): start, read its ready record, command, signal.
 
 Every wait here has a bound. Closing the handle always leaves no process behind: it closes the
 command channel (the worker exits on end-of-file), resumes a paused worker so it can exit, and
@@ -40,13 +40,15 @@ class WorkerProcess:
         implementation: str,
         owner: str,
         lease: float,
+        worker: str = "reference",
+        name: str = "worker",
         idle_timeout: float = 60.0,
         spawn: Any = None,
     ) -> None:
         self.folder = folder
-        self.ready_file = folder / "worker.ready.json"
-        self.commands = folder / "worker.commands"
-        self.log = folder / "worker.log"
+        self.ready_file = folder / f"{name}.ready.json"
+        self.commands = folder / f"{name}.commands"
+        self.log = folder / f"{name}.log"
         os.mkfifo(self.commands, 0o600)
         # O_RDWR never blocks on a FIFO; we are then its only writer, so the worker sees
         # end-of-file as soon as we close it or die.
@@ -56,7 +58,7 @@ class WorkerProcess:
         self.signals: list[dict[str, Any]] = []
         argv = [  # -P: the working folder (the learner's) stays off sys.path; no file there stands in for ours
             sys.executable, "-P", "-m", "course.checkpoint.worker",
-            "--database", str(database), "--implementation", implementation, "--owner", owner,
+            "--database", str(database), "--implementation", implementation, "--worker", worker, "--owner", owner,
             "--lease", repr(float(lease)), "--ready", str(self.ready_file),
             "--commands", str(self.commands), "--idle-timeout", repr(float(idle_timeout)),
         ]

@@ -73,6 +73,8 @@ class Elsewhere:
     claim_class: type | None
     spawn: Callable[..., Any]
     private: Path
+    fences: str = "."  # what the workers load, from their working folder (the submission's) or the runtime
+    worker: str = REFERENCE_NAME
 
 
 def run_checkpoint(
@@ -81,11 +83,13 @@ def run_checkpoint(
     cases: Iterable[str] = ALL,
     output_dir: str | Path | None = None,
     require_saved: bool | None = None,
+    worker: str | Path = REFERENCE_NAME,
 ) -> Checkpoint:
     """Run the worker-recovery experiments against `implementation` and return their evidence.
 
-    `implementation`: "reference" (the runtime's own functions) or a folder holding the
-    learner's 01_claims, 02_fencing and 04_recovery notebooks. `output_dir`: keep each case's
+    `implementation`: the fences, "reference" (the runtime's own functions) or a folder holding the
+    learner's 01_claims, 02_fencing and 04_recovery notebooks. `worker`: the pass that every worker
+    process runs, old and replacement alike, "reference" or a folder holding 05_checkpoint. `output_dir`: keep each case's
     databases, ledgers, logs and evidence.json in a new run folder there (default: a temporary
     folder, removed afterwards). Case failures are reported in the evidence, not raised;
     KeyboardInterrupt stops the run after every process has been stopped.
@@ -98,14 +102,14 @@ def run_checkpoint(
     started = time.monotonic()
     cases = tuple(cases)
     _check(cases, lease_seconds)
-    label = "your notebooks" if isinstance(implementation, Elsewhere) else describe(implementation)
+    label = "your notebooks" if isinstance(implementation, Elsewhere) else describe(implementation, worker)
     result = Checkpoint()
     if output_dir is not None:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         result.folder = Path(tempfile.mkdtemp(prefix="run-", dir=output_dir))
     try:
         loaded = None if isinstance(implementation, Elsewhere) else load_implementation(
-            implementation, require_saved=require_saved)
+            implementation, worker=worker, require_saved=require_saved)
     except LearnerCodeError as error:  # every case fails with the same, specific sentence
         result.refused = str(error)
         result.extend(CaseEvidence(name, TITLES[name], label, float(lease_seconds), failures=[str(error)])
@@ -115,19 +119,28 @@ def run_checkpoint(
         result.missing = list(loaded.missing) if loaded is not None else []
         with (tempfile.TemporaryDirectory(prefix="ch12-checkpoint-") if result.folder is None
               else nullcontext(result.folder)) as folder:
-            _run_cases(cases, _setting(implementation, loaded, label, float(lease_seconds), Path(folder)), result)
+            _run_cases(cases, setting_for(implementation, loaded, label, float(lease_seconds), Path(folder), worker),
+                       result)
     result.wall_seconds = time.monotonic() - started
     _keep(result)
     return result
 
 
-def _setting(implementation: Any, loaded: Any, label: str, lease: float, folder: Path) -> Setting:
+def setting_for(implementation: Any, loaded: Any, label: str, lease: float, folder: Path, worker: Any,
+                **options: Any) -> Setting:
+    """Where and how the workers run: children loading `implementation` and `worker` here, or (an
+    Elsewhere) processes in learner sandboxes loading the notebooks of their own working folder."""
     if loaded is not None:
-        return Setting(loaded.ownership, label, label, lease, folder)
-    # The worker loads the notebooks of its own working folder (the learner sandbox's).
+        return Setting(loaded.ownership, _source(implementation), label, lease, folder, worker_pass=_source(worker),
+                       **options)
     ledgers = Path(tempfile.mkdtemp(prefix="ledgers-", dir=implementation.private))  # this run's own
-    return Setting(implementation.ownership, ".", label, lease, folder, spawn=implementation.spawn,
-                   private=ledgers, verify=True, claim_class=implementation.claim_class)
+    return Setting(implementation.ownership, implementation.fences, label, lease, folder, spawn=implementation.spawn,
+                   private=ledgers, verify=True, claim_class=implementation.claim_class,
+                   worker_pass=implementation.worker, **options)
+
+
+def _source(where: str | Path) -> str:
+    return REFERENCE_NAME if str(where) == REFERENCE_NAME else str(Path(where).expanduser().resolve())
 
 
 def _check(cases: tuple[str, ...], lease_seconds: object) -> None:

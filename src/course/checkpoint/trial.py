@@ -5,8 +5,9 @@
        committed file for `supplier-committed`, where the supplier holds its answer)
     -> jitter, then the nemesis: SIGKILL, or SIGSTOP
     -> the lease really runs out (wall clock against the row's `expires`)
-    -> takeover snapshot, then the replacement: the real run_once in this process, same owner
-       label as the old worker (a restarted process), a counted offline model
+    -> takeover snapshot, then the replacement: one pass of the same worker in a second process
+       (loaded in advance), same owner label as the old worker (a restarted process), a counted
+       offline model
     -> SIGSTOP only: SIGCONT just before the replacement completes (its row RUNNING, lease live),
        and the old worker goes on writing; then the replacement completes
     -> every process stopped and reaped; counts read from the shop database and the supplier's
@@ -25,17 +26,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course.checkpoint import blame
 from course.checkpoint.cases import (
-    HOLD_SECONDS, SAME_LABEL, Abort, Setting, Stage, _count, _jsonable, _wait_for_expiry, _worker_pass, prepare,
+    HOLD_SECONDS, SAME_LABEL, Abort, Setting, Stage, _count, _wait_for_expiry, _worker_pass, prepare,
     recorded,
 )
 from course.checkpoint.crashpoints import POINTS, SUPPLIER_POINT, policy_for
 from course.checkpoint.evidence import (
     CaseEvidence, count_supplier, first_claim, first_order, last_rows, stale_rows, transcript_rows, work_state,
 )
-from course.checkpoint.model import CountingModel
 from course.checkpoint.processes import START_TIMEOUT, WorkerFailed
-from reference_organizations.store.agent import OfflineShopModel
 from reference_organizations.children import alive
 
 SIGKILL, SIGSTOP = "SIGKILL", "SIGSTOP"
@@ -126,7 +126,6 @@ def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvid
     stage = Stage(prepared, setting, {}, policy_for(prepared.db))
     _wait_for_expiry(stage)
     evidence.takeover = _high_water(prepared.database, evidence.work_id)
-    model = CountingModel(OfflineShopModel())
     thawed: list[bool] = []
 
     def thaw() -> None:
@@ -143,9 +142,9 @@ def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvid
 
     # A frozen worker is thawed just before the replacement completes: the row is RUNNING, its lease
     # live, its label the same, so the generation is the only difference between the claim and the row.
-    outcome, began, ended = _worker_pass(stage, model, SAME_LABEL, thaw if spec.nemesis == SIGSTOP else None)
-    evidence.model_calls = model.calls
-    evidence.replacement = _jsonable(outcome) | {"owner": SAME_LABEL, "began": began, "ended": ended}
+    outcome, began, ended = _worker_pass(stage, "offline", SAME_LABEL, thaw if spec.nemesis == SIGSTOP else None)
+    evidence.model_calls = outcome.pop("model_calls")
+    evidence.replacement = outcome | {"owner": SAME_LABEL, "began": began, "ended": ended}
     evidence.after_replacement = work_state(prepared.database, evidence.work_id) | {"at": time.time()}
     evidence.mark("replacement", "run_once", began)
     evidence.leases.append({"lane": "replacement", "generation": outcome.get("generation"), "owner": SAME_LABEL,
@@ -166,8 +165,12 @@ def _wait_for_point(spec: TrialSpec, prepared: Any, evidence: TrialEvidence) -> 
     while not signal_file.exists():
         early = worker.poll_reply(0.003)
         if early is not None:
-            raise Abort(f"the old worker's pass ended before crash point {spec.point}: "
-                        f"{early.get('error') or early.get('status')}")
+            # The points are calls through `ownership` and the supplier: a learner's pass that ends
+            # without reaching one made that step some other way, which no fence can check.
+            step = blame.revisit_text(("assert_current",), evidence)
+            raise Abort(f"the old worker's pass ended before crash point {spec.point} "
+                        f"({POINTS[spec.point]}): {early.get('error') or early.get('status')}"
+                        + (f" (revisit {step})" if step else ""))
         if worker.process.poll() is not None:
             raise Abort(f"the old worker exited (status {worker.process.returncode}) before crash point {spec.point}")
         if time.monotonic() > deadline:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from course.checkpoint.cases import ACCEPTED_THEN_CRASH, KILLED, LIVE_STALE, PAUSED
+from course.checkpoint import blame
+from course.checkpoint.cases import ACCEPTED_THEN_CRASH, ANSWER_LOST, KILLED, LIVE_STALE, PAUSED
 from course.checkpoint.evidence import CaseEvidence
 from course.graded_cells import NOTEBOOK_OF
 
@@ -65,6 +66,8 @@ def judge(evidence: CaseEvidence) -> CaseEvidence:
         part(evidence, say)
     if evidence.case == ACCEPTED_THEN_CRASH:
         _judge_accepted_then_crash(evidence)
+    if evidence.case == ANSWER_LOST:
+        _judge_answer_lost(evidence)
     return evidence
 
 
@@ -72,10 +75,13 @@ Say = Callable[..., None]
 
 
 def _sayer(evidence: CaseEvidence) -> Say:
-    """`say(sentence, *functions)`: record a failure, naming the functions to revisit."""
+    """`say(sentence, *functions)`: record a failure, naming the functions to revisit (in the
+    capstone, the steps of the learner's worker that decided the same facts: course.checkpoint.blame)."""
     def say(sentence: str, *functions: str) -> None:
         named = "(revisit" in sentence or sentence.startswith("not implemented yet")
-        evidence.failures.append(sentence if named else sentence + revisit(*functions))
+        step = blame.revisit_text(functions, evidence) if functions else None
+        suffix = f" (revisit {step})" if step else revisit(*functions)
+        evidence.failures.append(sentence if named else sentence + suffix)
     return say
 
 
@@ -157,7 +163,7 @@ def _judge_records(evidence: CaseEvidence, say: Say) -> None:
             f"0/{evidence.order_amount} (the one approved order, paid once)", "order_to_continue")
     old, _ = _takeover(evidence)
     stale_rows = evidence.transcript_rows.get(str(old), 0)
-    if stale_rows:
+    if stale_rows and evidence.case != ANSWER_LOST:  # there, generation 1 was no stale holder
         say(f"the transcript holds {stale_rows} row(s) written by generation {old}, the stale holder", "assert_current", "observe")
 
 
@@ -176,8 +182,7 @@ def _judge_stale_writes(evidence: CaseEvidence, say: Say) -> None:
 
 
 def _judge_accepted_then_crash(evidence: CaseEvidence) -> None:
-    def say(sentence: str, *functions: str) -> None:
-        evidence.failures.append(sentence + revisit(*functions))
+    say = _sayer(evidence)
 
     if evidence.order_status_after_crash != "SENDING":
         say(f"the crash did not land between the supplier's commit and the local receipt: the local order was "
@@ -188,6 +193,26 @@ def _judge_accepted_then_crash(evidence: CaseEvidence) -> None:
     if evidence.supplier_gets != 1:
         say(f"the supplier answered {evidence.supplier_gets} lookups (GET); the replacement should discover the "
             "uncertain operation with exactly one lookup before anything else", "order_to_continue")
+    _judge_later(evidence, say)
+
+
+def _judge_answer_lost(evidence: CaseEvidence) -> None:
+    """The pass that met OutcomeUnknown left the order to a later pass, its money still reserved."""
+    say, lost = _sayer(evidence), evidence.after_lost_answer or {}
+    if lost.get("order_status") not in ("SENDING", "UNKNOWN"):
+        say(f"when the supplier's answer was lost, the pass left the order {lost.get('order_status')}; the "
+            "supplier may hold it, so it must stay SENDING or UNKNOWN for a later pass to look up", "finish")
+    if lost.get("status") == "DONE":
+        say("the pass that lost the supplier's answer finished the assignment DONE: no recovery pass takes DONE "
+            "work, so its order would never be reconciled and its money would stay reserved", "finish")
+    if lost.get("reserved_pence") != evidence.order_amount:
+        say(f"after the lost answer {lost.get('reserved_pence')} pence were reserved; the order's "
+            f"{evidence.order_amount} must stay reserved until its fate is known", "finish")
+    _judge_later(evidence, say)
+
+
+def _judge_later(evidence: CaseEvidence, say: Say) -> None:
+    """Recovery first: the uncertain order settled before the later assignment was touched."""
     later = evidence.later_work or {}
     settled, first = later.get("settled_seq"), later.get("first_seq")
     if settled is None:

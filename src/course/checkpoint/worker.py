@@ -24,7 +24,13 @@ worker has loaded), then
     {"do": "pass", "point": P, "endpoint": URL, "identity": I, "timeout": S}   one whole worker
                                                pass that stops at crash point P (ready record),
                                                then waits for {"do": "go"}; answered when the
-                                               pass ends (see crashpoints.py)
+                                               pass ends (see crashpoints.py). Options: "model"
+                                               ("offline", the default, or "none": a model that
+                                               fails if asked), "owner", "own_lease" (true: the
+                                               pass's own ttl, not --lease): the replacement's
+
+The pass is `--worker`'s `run_once` (the reference, or a learner's 05_checkpoint) over
+`--implementation`'s fences (the reference, or a learner's 01, 02 and 04).
 
 Each command is answered by one JSON line on stdout; anything else the loaded code prints goes
 to stderr. The command channel is a named pipe that only the parent holds open for writing
@@ -102,7 +108,7 @@ def _pass(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, A
           commands: Iterator[dict[str, Any]]) -> dict[str, Any]:
     """Run one whole pass that stops at the crash point: the ready record says where it stands,
     then the worker waits for {"do": "go"} (after SIGCONT) or dies (SIGKILL, end-of-file)."""
-    from course.checkpoint.crashpoints import old_worker_pass
+    from course.checkpoint.crashpoints import worker_pass
 
     def stop(point: str) -> None:
         record.update(point=point, reached_at=time.time())
@@ -110,8 +116,9 @@ def _pass(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, A
         if next(commands, {}).get("do") != "go":
             os._exit(0)  # the parent is gone, closed the channel or said something else: stop here
 
-    ownership, db = loaded
-    return old_worker_pass(db, ownership, command, owner=args.owner, lease=args.lease, stop=stop)
+    implementation, db = loaded
+    return worker_pass(db, implementation, command, owner=command.get("owner", args.owner),
+                       lease=None if command.get("own_lease") else args.lease, stop=stop)
 
 
 def _ready(args: argparse.Namespace, record: dict[str, Any], error: BaseException | None) -> int:
@@ -146,10 +153,10 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     import reference_organizations.store.assistant  # noqa: F401
     import reference_organizations.store.supplier  # noqa: F401
     import sovereign_agent.assistant_orders  # noqa: F401
-    from course.learner import load_ownership
+    from course.learner import load_implementation
     from sovereign_agent.database import Database
 
-    return load_ownership(args.implementation), Database(args.database)
+    return load_implementation(args.implementation, worker=args.worker), Database(args.database)
 
 
 def _claim(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, Any]) -> Held:
@@ -159,7 +166,7 @@ def _claim(args: argparse.Namespace, loaded: tuple[Any, Any], record: dict[str, 
     from sovereign_agent.records import holding, spending_policy
     from sovereign_agent.records import order as recorded_order
 
-    ownership, db = loaded
+    ownership, db = loaded[0].ownership, loaded[1]
     record["claim_requested_at"] = time.time()
     work = ownership.claim(db, args.owner, ttl=args.lease)
     record["claimed_at"] = time.time()
@@ -257,7 +264,8 @@ def _positive(text: str) -> float:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m course.checkpoint.worker")
     parser.add_argument("--database", type=Path, required=True)
-    parser.add_argument("--implementation", default="reference", help="'reference' or a notebook folder")
+    parser.add_argument("--implementation", default="reference", help="the fences: 'reference' or a notebook folder")
+    parser.add_argument("--worker", default="reference", help="the pass: 'reference' or a notebook folder")
     parser.add_argument("--owner", required=True)
     parser.add_argument("--lease", type=_positive, required=True)
     parser.add_argument("--ready", type=Path, required=True)

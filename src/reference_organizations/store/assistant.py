@@ -49,7 +49,7 @@ def run_once(
     record_process(db, owner)
     order = ownership.order_to_continue(db, work)
     if order is not None and supplier is not None:
-        return _continue_order(db, work, order, supplier, policy, ownership)
+        return continue_order(db, work, order, supplier, policy=policy, ownership=ownership)
     return _reason(db, work, model, limits, supplier, policy, ownership)
 
 
@@ -68,7 +68,7 @@ def reconcile_once(
         return {"status": "IDLE"}
     record_process(db, work.owner)
     order = ownership.order_to_continue(db, work)
-    return _continue_order(db, work, order, supplier, policy, ownership)
+    return continue_order(db, work, order, supplier, policy=policy, ownership=ownership)
 
 
 def lease_seconds(limits: Limits, supplier: Supplier | None) -> float:
@@ -79,9 +79,14 @@ def lease_seconds(limits: Limits, supplier: Supplier | None) -> float:
     return limits.max_seconds + (supplier.timeout if supplier else 0) + LEASE_MARGIN_SECONDS
 
 
-def _continue_order(
-    db: Database, work: Claim, order: str, supplier: Supplier, policy: SpendingPolicy | None, ownership: Ownership
+def continue_order(
+    db: Database, work: Claim, order: str, supplier: Supplier, *, policy: SpendingPolicy | None = None,
+    ownership: Ownership = REFERENCE,
 ) -> dict[str, Any]:
+    """Carry a recorded, approved order (and any other pending one of the same assignment) to its
+    end, without the model. An unknown outcome ends the pass BLOCKED, its money still reserved:
+    the order stays SENDING/UNKNOWN, so a later recovery pass takes the assignment and looks the
+    operation up. Finishing DONE there would strand the order, since no pass takes DONE work."""
     policy = policy or SpendingPolicy(frozenset(), total_pence=0)
     outcome = {"work": work.id, "generation": work.generation, "owner": work.owner, "order": order, "model_calls": 0}
     cancelled = is_cancelled(db.connection, work.id)
@@ -148,7 +153,7 @@ def _reason(
     if loop.status == "DONE" and approved is not None and supplier is not None:
         # Approved while this loop was still running: approve() wakes only BLOCKED work, so
         # finishing now (DONE or BLOCKED) would strand the order and its reservation.
-        continued = _continue_order(db, work, approved, supplier, policy, ownership)
+        continued = continue_order(db, work, approved, supplier, policy=policy, ownership=ownership)
         return {key: value for key, value in continued.items() if key != "model_calls"} | {"turns": loop.turns}
     drafts = orders_of(db.connection, work.id, UNSENT)
     if loop.status != "DONE":

@@ -30,7 +30,7 @@ from course.grading import findings
 from course.grading.judge import broker
 from course.grading.judge.phases import HIDDEN, VISIBLE, Gate, PhaseTimeout
 from course.grading.judge.server import JudgeServer, ServerGone
-from course.grading.learner.tripwires import ANSWERS, IMPLEMENTATION
+from course.grading.learner.tripwires import ANSWERS, IMPLEMENTATION, of_worker
 from course.grading.sandbox import learners, private
 from course.grading.sandbox.bubblewrap import Limits, Sandbox, sandbox_disabled
 
@@ -318,7 +318,7 @@ class OneCheck:
     def start_worker(self, argv: list[str]) -> Any:
         group = self.group
         log = group._logs / f"check-{self.number}-worker-{len(self.started) + 1}.log"
-        return learners.start_worker(argv, IMPLEMENTATION, group.submitted, group.release, (self.host, self.inside),
+        return learners.start_worker(argv, of_worker(argv), group.submitted, group.release, (self.host, self.inside),
                                      log, group._rooms)
 
     def enter(self, phase: str) -> None:

@@ -27,10 +27,21 @@ ANSWERS = {
     "finish": "sovereign_agent.assistant_work",
     "order_to_continue": "sovereign_agent.assistant_orders",
     "admit_generation": "reference_organizations.store.supplier.fence",
+    "continue_order": "reference_organizations.store.assistant",
+    "run_once": "reference_organizations.store.assistant",
 }
 # What a checkpoint worker runs of 01, 02 and 04 (the `implementation`): the five functions; the course's own
 # Claim stays, as the checkpoint's harness builds records with it.
-IMPLEMENTATION = frozenset(ANSWERS) - {"Claim", "admit_generation"}
+IMPLEMENTATION = frozenset({"claim", "assert_current", "observe", "finish", "order_to_continue"})
+WORKER_PASS = frozenset({"continue_order", "run_once"})  # what it runs of 05 (`--worker`)
+
+
+def of_worker(argv: list[str]) -> frozenset[str]:
+    """The answers a checkpoint worker's process loads from the submission, by its arguments: the
+    fences (`--implementation .`), the pass (`--worker .`), or both. The rest is the course's."""
+    loads = {option for option, value in zip(argv, argv[1:]) if value != "reference"}
+    return (IMPLEMENTATION if "--implementation" in loads else frozenset()) | (
+        WORKER_PASS if "--worker" in loads else frozenset())
 HELPER = "_course_tripwire"
 
 
