@@ -1,7 +1,7 @@
 """The capstone's worker pass, plugged into the checkpoint and the crash matrix in real processes.
 
-The right worker is the runtime's own pass written out as a learner's 05_checkpoint; each wrong
-one is the same source with one plausible mistake. Both workers of every case and trial (the
+The right worker is 05_checkpoint's solution as a learner saves it; each wrong one is the same
+notebook with one plausible mistake in `continue_order` or `run_once`. Both workers of every case and trial (the
 old one and its replacement) run the notebook's `run_once` in processes of their own, over the
 runtime's fences, and the verdict is read from the shop database and the supplier's ledger. Each
 wrong worker must fail a named case or trial whose sentence names the step of the learner's
@@ -10,7 +10,6 @@ worker to revisit.
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 import uuid
@@ -19,80 +18,92 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_nothing_left
-from course.checkpoint import run_checkpoint
+from course.checkpoint import history, run_checkpoint
 from course.checkpoint.cases import ALL, ANSWER_LOST
 from course.checkpoint.matrix import matrix_specs, run_matrix
 from course.checkpoint.trial import SIGSTOP
-from reference_organizations.store import assistant
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="real processes, /proc, PR_SET_PDEATHSIG"),
 ]
 
-SOURCE = inspect.getsource(assistant).split('"""', 2)[2].lstrip()  # the module without its docstring
-RECONCILE_FIRST = '''    if supplier is not None:
-        recovered = reconcile_once(db, supplier, owner=owner, policy=policy, limits=limits, ownership=ownership)
-        if recovered["status"] != "IDLE":
-            return recovered
-'''
-# name -> (what it gets wrong, [(old, new)]): one plausible mistake each.
+SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "ch12" / "05_checkpoint.ipynb"
+
+
+def answers() -> dict[str, str]:
+    """The solution's two answer cells, {grade_id: source}."""
+    cells = json.loads(SOLUTION.read_text())["cells"]
+    return {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in cells
+            if c["metadata"].get("nbgrader", {}).get("grade_id") in ("continue_order", "run_once")}
+
+
+RECOVERY_FIRST = """    work = ownership.claim(db, owner, ttl=ttl, recovery_only=True)
+    if work is not None:
+        record_process(db, owner)
+        return continue_order(db, work, ownership.order_to_continue(db, work), supplier, policy=policy,
+                              ownership=ownership)
+"""
+# name -> (what it gets wrong, the cell it changes, [(old, new)]): one plausible mistake each.
 WRONG = {
-    "new_work_first": ("takes new work before reconciling an uncertain order", [(RECONCILE_FIRST, "")]),
-    "asks_the_model": ("re-proposes an approved order through the model",
-                       [("if order is not None and supplier is not None:", "if False:")]),
-    "done_when_unknown": ("finishes DONE after OutcomeUnknown", [(
-        'status, result = _stopped(db, order, cancelled), "supplier outcome unknown; reconcile later"',
-        'status, result = "DONE", "supplier outcome unknown; reconcile later"')]),
-    "releases_when_unknown": ("releases the reservation on an unknown outcome", [(
-        '        except OutcomeUnknown:\n',
-        '        except OutcomeUnknown:\n'
-        '            with db.immediate() as connection:\n'
-        '                connection.execute("UPDATE assistant_spending SET reserved_pence = reserved_pence - '
-        '(SELECT amount FROM assistant_orders WHERE id=?) WHERE id=1", (order,))\n')]),
-    "sends_after_refusal": ("goes on and sends the order itself after its fenced execution was refused", [(
-        '            receipts[order] = execute(db, work, order, supplier, policy=policy, fence=ownership.assert_current)\n',
-        '            try:\n'
-        '                receipts[order] = execute(db, work, order, supplier, policy=policy, '
-        'fence=ownership.assert_current)\n'
-        '            except PermissionError:\n'
-        '                proposal = db.connection.execute("SELECT proposal FROM assistant_orders WHERE id=?", '
-        '(order,)).fetchone()[0]\n'
-        '                receipts[order] = supplier.order(order, json.loads(proposal))\n')]),
-    "completes_around_the_fence": ("writes its completion with plain SQL instead of `ownership.finish`", [(
+    "new_work_first": ("takes new work before reconciling an uncertain order", "run_once", [(RECOVERY_FIRST, "")]),
+    "asks_the_model": ("re-proposes an approved order through the model", "run_once", [(
+        "    order = ownership.order_to_continue(db, work)\n    if order is not None:\n",
+        "    order = ownership.order_to_continue(db, work)\n    if False:\n")]),
+    "done_when_unknown": ("finishes DONE after OutcomeUnknown", "continue_order", [(
+        'ownership.finish(db, work, "BLOCKED", "supplier outcome unknown; reconcile later")\n'
+        '            return outcome | {"status": "BLOCKED", "order": order}',
+        'ownership.finish(db, work, "DONE", "supplier outcome unknown; reconcile later")\n'
+        '            return outcome | {"status": "DONE", "order": order}')]),
+    "releases_when_unknown": ("releases the reservation on an unknown outcome", "continue_order", [(
+        "        except OutcomeUnknown:\n",
+        "        except OutcomeUnknown:\n"
+        "            with db.immediate() as connection:\n"
+        "                connection.execute('UPDATE assistant_spending SET reserved_pence = reserved_pence - "
+        "(SELECT amount FROM assistant_orders WHERE id=?) WHERE id=1', (order,))\n")]),
+    "sends_after_refusal": ("goes on and sends the order itself after its fenced execution was refused",
+                            "continue_order", [(
+        "            receipt = execute(db, work, order, supplier, policy=policy, fence=ownership.assert_current)\n",
+        "            try:\n"
+        "                receipt = execute(db, work, order, supplier, policy=policy, fence=ownership.assert_current)\n"
+        "            except PermissionError:\n"
+        "                proposal = db.connection.execute('SELECT proposal FROM assistant_orders WHERE id=?', "
+        "(order,)).fetchone()[0]\n"
+        "                receipt = supplier.order(order, json.loads(proposal))\n")]),
+    "completes_around_the_fence": ("writes its completion with plain SQL instead of `ownership.finish`",
+                                   "continue_order", [(
         '    ownership.finish(db, work, status, json.dumps({"order": order, "receipt": receipt}, sort_keys=True))\n',
-        '    with db.immediate() as connection:\n'
-        '        connection.execute("UPDATE assistant_work SET status=?, result=? WHERE id=?", '
+        "    with db.immediate() as connection:\n"
+        "        connection.execute('UPDATE assistant_work SET status=?, result=? WHERE id=?', "
         '(status, json.dumps({"order": order, "receipt": receipt}, sort_keys=True), work.id))\n')]),
 }
 
 
-def mutated(name: str) -> str:
-    source = SOURCE
-    for old, new in WRONG[name][1]:
-        assert source.count(old) == 1, f"the mutation {name} no longer matches the runtime's source"
-        source = source.replace(old, new)
-    return source
+def mutated(name: str) -> dict[str, str]:
+    """The solution's answers with the one mistake `name` makes."""
+    _, cell, changes = WRONG[name]
+    found = answers()
+    for old, new in changes:
+        assert found[cell].count(old) == 1, f"the mutation {name} no longer matches the solution's `{cell}`"
+        found[cell] = found[cell].replace(old, new)
+    return found
 
 
-def write_worker(folder: Path, source: str) -> Path:
-    """A learner's 05_checkpoint holding `source` in its graded cells (nbformat 4 JSON, as saved)."""
+def write_worker(folder: Path, graded: dict[str, str]) -> Path:
+    """The solution's 05_checkpoint with these answer cells, saved in `folder` (nbformat 4 JSON)."""
     folder.mkdir(parents=True, exist_ok=True)
-    graded = {"grade": False, "locked": False, "schema_version": 3, "solution": True, "task": False}
-    cells = [{"cell_type": "markdown", "id": "intro", "metadata": {}, "source": "Write the worker pass."},
-             {"cell_type": "code", "id": "cont", "metadata": {"nbgrader": {**graded, "grade_id": "continue_order"}},
-              "source": source, "outputs": [], "execution_count": None},
-             {"cell_type": "code", "id": "pass", "metadata": {"nbgrader": {**graded, "grade_id": "run_once"}},
-              "source": "# run_once is defined in the cell above, beside its helpers", "outputs": [],
-              "execution_count": None}]
-    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    notebook = json.loads(SOLUTION.read_text())
+    for cell in notebook["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id in graded:
+            cell["source"] = graded[grade_id]
     (folder / "05_checkpoint.ipynb").write_text(json.dumps(notebook))
     return folder
 
 
 @pytest.fixture
 def right_worker(tmp_path):
-    return write_worker(tmp_path / f"right-{uuid.uuid4().hex[:6]}", SOURCE)
+    return write_worker(tmp_path / f"right-{uuid.uuid4().hex[:6]}", answers())
 
 
 def test_the_right_worker_passes_every_case_and_all_24_trials_in_real_processes(right_worker, tmp_path):
@@ -131,6 +142,20 @@ def test_a_plausible_wrong_worker_fails_a_named_case_or_trial_that_sends_it_to_i
         failures += [f for trial in run_matrix(specs, "reference", worker=folder) for f in trial.failures]
     assert failures, f"the wrong worker that {WRONG[name][0]} passed {cases or points}"
     assert any("05_checkpoint" in failure for failure in failures), failures
+
+
+# The history checker's four invariants, over what a wrong worker's lost-answer case recorded: the
+# two mistakes that leave a trace in the records are flagged (the others leave none it reads).
+RECORDED = {"done_when_unknown": "done_means_settled", "releases_when_unknown": "money_conserved"}
+
+
+@pytest.mark.parametrize("name", [None, *RECORDED])
+def test_the_history_checker_flags_what_a_wrong_worker_leaves_in_the_records(name, tmp_path):
+    folder = write_worker(tmp_path / str(name), answers() if name is None else mutated(name))
+    (case,) = run_checkpoint("reference", worker=folder, cases=[ANSWER_LOST], output_dir=tmp_path / "out")
+    (run,) = (tmp_path / "out").iterdir()
+    found = {violation.invariant for violation in history.check(history.load(run / ANSWER_LOST))}
+    assert found == ({RECORDED[name]} if name else set()), (found, case.failures)
 
 
 def test_a_worker_sandbox_tripwires_exactly_what_its_process_loads_from_the_submission():

@@ -243,6 +243,36 @@ def claim(db, owner, **options):
 '''
 
 
+# A worker pass that lies: it reports work it did not do, writes every shop record it can reach to
+# look finished (the shop database is in its sandbox; the supplier's ledger is not), and leaves a
+# forked child writing them again after the pass has returned.
+LYING_WORKER = {
+    "continue_order": '''
+def continue_order(db, work, order, supplier, *, policy, ownership):
+    return run_once(db, None, supplier=supplier, policy=policy, ownership=ownership)
+''',
+    "run_once": '''
+import os, time
+
+def _looks_done(db):
+    with db.immediate() as connection:
+        connection.execute("UPDATE assistant_work SET status='DONE', generation=generation+1, result='done, honestly'")
+        connection.execute("UPDATE assistant_orders SET status='CONFIRMED', receipt='{}'")
+        connection.execute("UPDATE assistant_spending SET spent_pence=spent_pence+reserved_pence, reserved_pence=0")
+
+def run_once(db, model, *, supplier, policy, ownership, owner=None, limits=None):
+    _looks_done(db)
+    if os.fork() == 0:  # a child that writes after the pass
+        try:
+            time.sleep(0.3)
+            _looks_done(db)
+        finally:
+            os._exit(0)
+    return {"status": "DONE", "work": "every one", "generation": 99, "receipt": "accepted"}
+''',
+}
+
+
 # --- a forged verdict -----------------------------------------------------------------------------
 
 FORGER = '''
@@ -386,9 +416,12 @@ CLAIM_CELLS = ("claim_dataclass", "claim")
 # Every answer the course has its own of (course.grading.learner.tripwires.ANSWERS), by notebook, and
 # where the course keeps it.
 OWN = {"01_claims.ipynb": CLAIM_CELLS, "02_fencing.ipynb": ("assert_current", "observe", "finish"),
-       "04_recovery.ipynb": ("order_to_continue",), "06_explore.ipynb": ("admit_generation",)}
+       "04_recovery.ipynb": ("order_to_continue",), "05_checkpoint.ipynb": ("continue_order", "run_once"),
+       "06_explore.ipynb": ("admit_generation",)}
 MODULE_OF = {"order_to_continue": "sovereign_agent.assistant_orders",
-             "admit_generation": "reference_organizations.store.supplier.fence"}
+             "admit_generation": "reference_organizations.store.supplier.fence",
+             "continue_order": "reference_organizations.store.assistant",
+             "run_once": "reference_organizations.store.assistant"}
 
 
 def every_notebook(changes: dict[str, dict[str, str]]) -> dict[str, nbformat.NotebookNode]:
@@ -428,7 +461,8 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
     }
     attacks = {**{f"reference_{kind}": replace for kind, replace in REFERENCE_WAYS.items()},
                **{f"odd_{kind}": replace for kind, replace in BOUND_ODDLY.items()},
-               "traps": TRAPS, "forger": {"claim": FORGER}, "spy": {"claim": SPY}, "liar": {"claim": LIAR}}
+               "traps": TRAPS, "forger": {"claim": FORGER}, "spy": {"claim": SPY}, "liar": {"claim": LIAR},
+               "lying_worker": LYING_WORKER}
     for student, replace in attacks.items():  # the twin: the same notebook with exactly those answers unanswered
         base = home(replace)
         students[student] = ({base: notebook(base, SOLUTIONS, replace)}, f"{student}_twin")
@@ -515,7 +549,7 @@ def test_honest_submissions_get_their_exact_scores(graded):
     assert all(results[s].reasons == {} for s in ("complete", "complete_everywhere", "written_differently"))
 
 
-@pytest.mark.parametrize("student", ["everywhere_reference", "hooks_on_the_harness", "hooks_on_the_interpreter", "traps", "forger", "spy", "liar", "vandal_files",
+@pytest.mark.parametrize("student", ["everywhere_reference", "hooks_on_the_harness", "hooks_on_the_interpreter", "traps", "forger", "spy", "liar", "lying_worker", "vandal_files",
                                      "vandal_resources", *(f"reference_{k}" for k in REFERENCE_WAYS),
                                      *(f"odd_{k}" for k in BOUND_ODDLY)])
 def test_no_attack_scores_more_than_its_twin(graded, student):

@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 RUNTIME_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|FROM|INTO|JOIN)\b[^;]*\bassistant_\w+", re.S)
 # The checkpoint's evidence counter reads the records independently, on purpose: it must not
 # trust the runtime it is judging.
-INDEPENDENT_READERS = {"course/checkpoint/evidence.py"}
+INDEPENDENT_READERS = {"course/checkpoint/evidence.py", "course/checkpoint/history.py"}  # checkers read for themselves
 
 
 def _strings(tree: ast.AST) -> list[ast.Constant]:

@@ -175,34 +175,6 @@ def test_graded_test_cells_hold_no_harness():
     assert lengths["test_claim_race"] <= 15 and lengths["test_fences_inside_the_transaction"] <= 40, lengths
 
 
-def test_the_paused_check_shows_its_specific_hint_before_the_general_verdict(tmp_path):
-    """05's checks go from specific to general: an owner-label-only fence gets the sentence that
-    names it, not "the paused holder case failed"."""
-    from test_checkpoint import OWNER_ONLY
-
-    folder = tmp_path / "ch12"
-    shutil.copytree(SOLUTIONS, folder)
-    shutil.copy(RELEASE / "05_checkpoint.ipynb", folder)  # the visible checks
-    fencing = nbformat.read(folder / "02_fencing.ipynb", as_version=4)
-    for cell in fencing.cells:
-        if meta(cell).get("grade_id") == "assert_current":
-            cell.source = OWNER_ONLY
-    nbformat.write(fencing, folder / "02_fencing.ipynb")
-    keep = [c for c in nbformat.read(folder / "05_checkpoint.ipynb", as_version=4).cells
-            if "setup" in c.metadata.get("tags", []) or meta(c).get("grade_id") == "test_checkpoint_paused"]
-    notebook = nbformat.read(folder / "05_checkpoint.ipynb", as_version=4)
-    notebook.cells = keep
-    NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(folder)}}).execute()
-    (error,) = [o for o in notebook.cells[-1].outputs if o.output_type == "error"]
-    said = " ".join(error.evalue.split())  # the message is wrapped into lines
-    assert error.ename == "CheckFailed" and said.startswith(
-        "Thawed while its replacement held the assignment (RUNNING, live lease, same owner label), the old worker's "
-        "refused writes were []"), said
-    assert "here only the generation can refuse it" in said, said
-    assert "(revisit `assert_current` in 02_fencing" in said
-
-
 def predicted(name: str) -> str:
     """Every prediction of `name` set, as a learner sets them before running the observations: the
     prediction cells' literals with each None replaced by "?" (a guess, whatever it says)."""

@@ -35,5 +35,8 @@ def test_the_estimate_counts_reading_and_every_kind_of_task():
     assert reading.minutes == 10  # 2,000 words at 200 a minute
     busier = Pace(words=2000, build=2, written=1, prediction=1, observation=3)  # 10 + 2*8 + 4 + 2 + 3*2 = 38 min
     assert busier.minutes == 40 and "2,000 words, 2 to build, 1 written, 1 to predict, 3 experiments" in busier.heading()
+    capstone = Pace(words=2000, build=2, written=0, prediction=0, observation=0, longer=29)  # 10 + 16 + 29 = 55
+    assert capstone.minutes == 55 and "2 to build (+29 min for the larger)" in capstone.heading()
+    assert estimate(RELEASE / "05_checkpoint.ipynb").longer > 0  # the worker pass is no eight-minute build
     counted = estimate(RELEASE / "01_claims.ipynb")
     assert counted.build == 2 and counted.words > 1000

@@ -412,24 +412,53 @@ def _load_notebooks(folder: Path, notebooks: tuple[str, ...], loaded: LoadedImpl
         raise LearnerCodeError(unsaved_message(stale))
     loaded.versions += judged
     defined: dict[str, Any] = {}
-    for notebook in notebooks:
-        module = fresh_module(notebook)
-        loaded.modules.append(module)
-        graded = dict(GRADED_CELLS[notebook])
-        for cell in cells[notebook]:
-            (run,) = run_cells([cell], module, seconds)
-            loaded.runs.append(run)
-            name = graded.get(cell.label)
-            if name is None:
-                continue
-            if run.ename == "NotImplementedError" or (name in module.__dict__ and is_stub(module.__dict__[name])):
-                loaded.missing.append(name)
-            elif name not in module.__dict__:
-                raise LearnerCodeError(f"{notebook}, cell {cell.label!r} raised {run.ename}: {run.evalue}"
-                                       if run.failed else f"{notebook}, cell {cell.label!r} does not define {name!r}")
-            # Captured now: a later cell rebinding the name cannot swap the graded object.
-            defined[name] = module.__dict__.get(name)
+    with _loading():
+        for notebook in notebooks:
+            defined |= _run_notebook(notebook, cells[notebook], loaded, seconds)
     return defined
+
+
+def _run_notebook(notebook: str, cells: list[LearnerCell], loaded: LoadedImplementation,
+                  seconds: float) -> dict[str, Any]:
+    """One notebook's cells in a module of its own; the graded names they defined, as defined."""
+    defined: dict[str, Any] = {}
+    module = fresh_module(notebook)
+    loaded.modules.append(module)
+    graded = dict(GRADED_CELLS[notebook])
+    for cell in cells:
+        (run,) = run_cells([cell], module, seconds)
+        loaded.runs.append(run)
+        name = graded.get(cell.label)
+        if name is None:
+            continue
+        if run.ename == "NotImplementedError" or (name in module.__dict__ and is_stub(module.__dict__[name])):
+            loaded.missing.append(name)
+        elif name not in module.__dict__:
+            raise LearnerCodeError(f"{notebook}, cell {cell.label!r} raised {run.ename}: {run.evalue}"
+                                   if run.failed else f"{notebook}, cell {cell.label!r} does not define {name!r}")
+        # Captured now: a later cell rebinding the name cannot swap the graded object.
+        defined[name] = module.__dict__.get(name)
+    return defined
+
+
+_LOADING = threading.local()
+
+
+@contextlib.contextmanager
+def _loading() -> Any:
+    _LOADING.depth = getattr(_LOADING, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _LOADING.depth -= 1
+
+
+def refuse_while_loading(what: str) -> None:
+    """A cell of a notebook being loaded (05's, whose pass the checkpoint runs) that starts the
+    checkpoint or the matrix would start them again in every worker: it is refused at once."""
+    if getattr(_LOADING, "depth", 0):
+        raise LearnerCodeError(f"{what} does not run while your notebooks are loaded for it: a cell of yours calls it "
+                               "(keep such calls out of 05_checkpoint's own cells, or run them in a scratch notebook)")
 
 
 def load_ownership(folder: str | Path) -> Ownership:

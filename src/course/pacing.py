@@ -1,7 +1,8 @@
 """How long each notebook takes, estimated from what it asks of the learner, not guessed.
 
 The basis is counted in the learner's release itself: the words to read (markdown, hints
-included), the things to build (graded code answers), the written answers, the predictions (code
+included), the things to build (graded code answers; a larger one declares its minutes with a
+`minutes-N` tag), the written answers, the predictions (code
 cells tagged `prediction`) and the experiments to run and read (cells tagged `observation`). Each
 notebook's heading and the README's table quote `estimate` (tests/test_pacing.py), and the guide's
 session plan is rendered from it (course.guide).
@@ -18,6 +19,9 @@ from pathlib import Path
 HEADING = '*Chapter 12, "Recover work after a process crash"'  # the line that quotes the estimate
 WORDS_PER_MINUTE = 200  # careful reading of technical prose
 MINUTES = {"build": 8, "written": 4, "prediction": 2, "observation": 2}  # per task (an experiment: run it, read it)
+# A build bigger than a function of a few lines (05's worker pass) says how long it takes a newcomer:
+# the tag `minutes-25` on its answer cell counts 25 minutes instead of 8.
+MINUTES_TAG = "minutes-"
 
 
 @dataclass(frozen=True)
@@ -27,17 +31,19 @@ class Pace:
     written: int
     prediction: int
     observation: int
+    longer: int = 0  # minutes beyond MINUTES["build"] that larger builds declare (a `minutes-N` tag)
 
     @property
     def minutes(self) -> int:
         """Reading plus tasks, rounded up to five minutes."""
-        total = self.words / WORDS_PER_MINUTE + sum(MINUTES[kind] * getattr(self, kind) for kind in MINUTES)
+        total = self.words / WORDS_PER_MINUTE + self.longer + sum(MINUTES[kind] * getattr(self, kind) for kind in MINUTES)
         return math.ceil(total / 5) * 5
 
     @property
     def basis(self) -> str:
         """The counts, words to the nearest hundred (a reworded sentence need not change it)."""
-        counts = [(self.build, "to build"), (self.written, "written"), (self.prediction, "to predict"),
+        built = "to build" + (f" (+{self.longer} min for the larger)" if self.longer else "")
+        counts = [(self.build, built), (self.written, "written"), (self.prediction, "to predict"),
                   (self.observation, "experiment" if self.observation == 1 else "experiments")]
         return ", ".join([f"{round(self.words, -2):,} words", *(f"{n} {what}" for n, what in counts)])
 
@@ -63,6 +69,8 @@ def estimate(path: Path) -> Pace:
         written=count(lambda c, g, t: c["cell_type"] == "markdown" and bool(g.get("solution"))),
         prediction=count(lambda c, g, t: "prediction" in t),
         observation=count(lambda c, g, t: "observation" in t),
+        longer=sum(max(0, int(tag.removeprefix(MINUTES_TAG)) - MINUTES["build"]) for c in cells
+                   for tag in c.get("metadata", {}).get("tags", []) if re.fullmatch(MINUTES_TAG + r"\d+", tag)),
     )
 
 

@@ -654,73 +654,97 @@ def _by_grade_id(nb, grade_id: str):
     return next(cell for cell in nb.cells if _nbgrader(cell).get("grade_id") == grade_id)
 
 
-CHECKPOINT_TESTS = ["test_checkpoint_killed", "test_checkpoint_live_stale", "test_checkpoint_paused",
-                    "test_checkpoint_accepted_then_crash"]
+CHECKPOINT_TESTS = ["test_continue_order", "test_run_once", "test_crash_matrix"]
 
 
-def _said_once(nb, phrase: str) -> tuple[str, list[str]]:
-    """The run cell's only output (a message, no table, no figure), and what each check said."""
+def _said_once(nb, phrase: str) -> str:
+    """The run cell's only output (a message, no table, no figure), said once in the notebook."""
     run = _by_grade_id(nb, "run_checkpoint")
     kinds = [output.output_type for output in run.outputs]
     assert kinds == ["stream"], f"the run cell should show one message and nothing else, not {kinds}"
     everything = "\n".join(_outputs_text(cell) for cell in nb.cells if cell.cell_type == "code")
     assert " ".join(everything.split()).count(phrase) == 1, f"{phrase!r} should be said once:\n{everything}"
-    checks = [" ".join(_outputs_text(_by_grade_id(nb, name)).split()) for name in CHECKPOINT_TESTS]
-    for said in checks:
-        assert said.startswith("CheckFailed: The ") and "the message under the checkpoint's run above says why" in said
-    return " ".join(run.outputs[0].text.split()), checks
+    return " ".join(run.outputs[0].text.split())
 
 
-def test_the_checkpoint_says_once_what_to_do_first_then_shows_predictions_beside_what_happened(
-        learner_lab, page, output_path):
-    """05_checkpoint in the learner's Lab, as a learner meets it: first with 01, 02 and 04 untouched (their
-    stubs), then with a notebook whose kernel ran a change that was not saved, then with 01, 02 and 04
-    written and saved and one prediction typed in. Before: one message, said once (no table of
-    blanks, no empty timeline, the checks point to it). After: each prediction beside what happened,
-    the table and the timeline, and every check passes."""
+def _write_answers(path: Path, answers: dict[str, str], predictions: dict[str, str] = ()) -> None:
+    """What a learner types into 05's answer (and prediction) cells, written to the saved notebook."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+        for name, value in dict(predictions).items():
+            if cell.source.startswith(f"{name} = None"):
+                cell.source = f"{name} = {value}" + cell.source[len(f"{name} = None"):]
+    nbformat.write(nb, path)
+
+
+def test_the_capstone_in_lab_a_stub_an_unsaved_change_a_wrong_worker_then_the_right_one(learner_lab, page, output_path):
+    """05_checkpoint in the learner's Lab, as a learner works through the capstone: first as released
+    (the worker pass still a stub: one message, said once, no table, no figure), then with a change its
+    kernel ran and the file does not hold ("save 05_checkpoint first"), then with a plausible wrong
+    worker (it asks the model again after a kill: the failing case is in the table and the timeline,
+    and the check names the step to revisit), then the right one with a prediction typed in: each
+    prediction beside what happened, the table, the timeline, the crash matrix's 24 trials, every
+    check passes."""
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from course import kernel_runs
+    from test_capstone_workers import answers, mutated
+
     lab, name = learner_lab, "05_checkpoint.ipynb"
     kernel = open_in_lab(lab, page, name)
 
-    # 1. A fresh copy: 01, 02 and 04 still hold nbgrader's stubs.
+    # 1. As released: `continue_order` and `run_once` still hold nbgrader's stubs.
     nb = run_all_and_save(lab, page, name, kernel)
     screenshot(page, output_path, "checkpoint-fresh.png")
-    message, _ = _said_once(nb, "not implemented yet")
-    assert message.startswith("The checkpoint has not run your code yet") and "`claim` in 01_claims" in message
-    assert "`order_to_continue` in 04_recovery" in message and "save each notebook (File > Save)" in message
+    message = _said_once(nb, "The checkpoint has not run your code yet")
+    assert "`continue_order` and `run_once` in 05_checkpoint" in message and "(File > Save)" in message, message
     assert page.locator(f"{NOTEBOOK_PANEL} .jp-OutputArea-output img, {NOTEBOOK_PANEL} .jp-OutputArea-output table"
                         ).count() == 0, "a table or a figure is shown although nothing ran"
+    assert all("not implemented yet" in " ".join(_errors(_by_grade_id(nb, test))) for test in CHECKPOINT_TESTS)
 
-    # 2. 01, 02 and 04 written (the course's solutions stand in for the learner's) and saved, but the kernel of
-    # 02_fencing then ran a change to `assert_current` that was not saved.
-    from course import kernel_runs
-
-    for notebook in ("01_claims.ipynb", "02_fencing.ipynb", "04_recovery.ipynb"):
-        shutil.copy(SOLUTIONS / notebook, lab.root_dir / notebook)
-    kernel_runs.record(lab.root_dir / "02_fencing.ipynb", "def assert_current(connection, work, now=None):\n    pass",
-                       {"assert_current"}, at=time.time() + 60)
+    # 2. The worker written and saved, but the kernel then ran a change to `run_once` that was not saved.
+    _write_answers(lab.root_dir / name, answers())
+    kernel_runs.record(lab.root_dir / name, "def run_once(db, model, **options):\n    pass", {"run_once"},
+                       at=time.time() + 60)
+    kernel = open_in_lab(lab, page, name)
     nb = run_all_and_save(lab, page, name, kernel)
-    message, _ = _said_once(nb, "save 02_fencing first")
-    assert message.startswith("The checkpoint did not run your code: save 02_fencing first"), message
-
-    # 3. Saved: the kernel's last run is the saved source. A prediction typed into its cell.
+    pointer = _said_once(nb, "save 05_checkpoint first")  # by the first check that needed the run, in full
+    first = " ".join(_errors(_by_grade_id(nb, "test_continue_order")))
+    assert "could not run: save 05_checkpoint first" in first, first
+    assert pointer == "The checkpoint did not run your code, for the reason given above.", pointer
     shutil.rmtree(lab.root_dir / kernel_runs.FOLDER)
-    cell = page.locator(f"{NOTEBOOK_PANEL} .jp-CodeCell", has_text="predicted_killed = None")
-    cell.locator(".cm-content").click()
-    page.keyboard.press("Control+A")
-    page.keyboard.type("predicted_killed = 1")
-    nb = run_all_and_save(lab, page, name, kernel)
-    scroll_to_cell_of(page, "run_checkpoint(HERE)")
-    screenshot(page, output_path, "checkpoint-saved.png")
 
+    # 3. A plausible wrong worker: after a kill it asks the model instead of continuing the approved order.
+    _write_answers(lab.root_dir / name, mutated("asks_the_model"))
+    kernel = open_in_lab(lab, page, name)
+    nb = run_all_and_save(lab, page, name, kernel)
+    scroll_to_cell_of(page, "run_checkpoint(worker=HERE)")
+    screenshot(page, output_path, "checkpoint-wrong-worker.png")
+    printed = " ".join(_by_grade_id(nb, "run_checkpoint").outputs[0].text.split())
+    assert "killed" in printed and "cases passed" in printed and "4/4 cases passed" not in printed, printed
+    assert page.locator(f"{NOTEBOOK_PANEL} .jp-RenderedImage img").count() == 1, "the failing run has its timeline"
+    told = " ".join(_errors(_by_grade_id(nb, "test_run_once")))
+    assert "asked the model" in told and "`run_once`" in told, told
+
+    # 4. The right worker, and one prediction typed in.
+    _write_answers(lab.root_dir / name, answers(), {"predicted_killed": "1"})
+    kernel = open_in_lab(lab, page, name)
+    nb = run_all_and_save(lab, page, name, kernel)
+    scroll_to_cell_of(page, "run_checkpoint(worker=HERE)")
+    screenshot(page, output_path, "checkpoint-saved.png")
     run = _by_grade_id(nb, "run_checkpoint")
     shown = _outputs_text(run)
     assert [o.output_type for o in run.outputs] == ["stream", "display_data", "display_data"], shown[:2000]
     printed = " ".join(run.outputs[0].text.split())
     assert printed.startswith("Your predictions beside what happened:"), printed
     assert "killed supplier orders at the end: you predicted 1; its ledger holds 1 (as predicted)" in printed, printed
-    assert "paused late writes refused: you predicted nothing yet; 3 of 3 (transcript, completion, supplier)" in printed
     assert "accepted_then_crash the replacement's first request: you predicted nothing yet; GET, a lookup" in printed
     assert "4/4 cases passed" in printed, printed
+    assert "24/24 trials passed" in _outputs_text(_by_grade_id(nb, "crash_matrix"))
     cells = page.eval_on_selector_all(f"{NOTEBOOK_PANEL} .jp-OutputArea-output td",
                                       "tds => tds.map(td => td.textContent.trim())")
     assert cells and not [c for c in cells if re.fullmatch(r"None|None -> None|None, None|None / None", c)], cells

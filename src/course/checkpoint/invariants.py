@@ -76,6 +76,14 @@ def judge_trial(evidence: Any) -> Any:
     return evidence
 
 
+def experiment_failed(trial: Any) -> bool:
+    """The trial failed, and no sentence sends the learner to code of theirs: each says "not your
+    code" or names nothing to revisit (the trial stopped, the machine too slow for its lease). Such
+    a run decides nothing about the code under test and may be repeated."""
+    return bool(trial.failures) and all("not your code" in sentence or "revisit" not in sentence
+                                        for sentence in trial.failures)
+
+
 def _landed(e: Any) -> tuple[str, str] | None:
     expected, seen = LANDED[e.point], e.at_crash
     wrong = {key: seen.get(key) for key, value in expected.items() if seen.get(key) != value}

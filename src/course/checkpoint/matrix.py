@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import tempfile
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from course.checkpoint.crashpoints import POINTS
-from course.checkpoint.run import Checkpoint, Elsewhere, setting_for
+from course.checkpoint.invariants import experiment_failed
+from course.checkpoint.run import TRIES, Checkpoint, Elsewhere, setting_for
 from course.checkpoint.trial import NEMESES, TrialEvidence, TrialSpec, run_trial
-from course.learner import LearnerCodeError, describe, load_implementation
+from course.learner import LearnerCodeError, NotImplementedYet, describe, load_implementation, refuse_while_loading
 
 PARALLEL = 8
 MAX_JITTER = 0.1  # seconds; well below the old worker's supplier timeout, so the crash still lands
@@ -59,6 +62,24 @@ def soak_specs(count: int, seed: int) -> list[TrialSpec]:
             for index in range(count)]
 
 
+def _loaded(implementation: Any, worker: Any, result: MatrixResult) -> Any:
+    """The implementation, loaded here (None when grading: the workers load it). In a learner's own
+    Lab session only saved code (run_checkpoint's `require_saved`); a stub refuses at once, since
+    every trial would stop at it. Why it refused is kept on `result` (`refused`, `missing`)."""
+    if isinstance(implementation, Elsewhere):
+        return None
+    try:
+        loaded = load_implementation(implementation, worker=worker,
+                                     require_saved=bool(os.environ.get("JPY_SESSION_NAME")))
+    except LearnerCodeError as error:
+        result.refused = str(error)
+        raise
+    if loaded.missing:
+        result.missing = list(loaded.missing)
+        raise NotImplementedYet(loaded.missing[0])
+    return loaded
+
+
 def _not_loaded(spec: TrialSpec, label: str, lease_seconds: float, seed: int | None, error: Exception,
                 on_result: Callable[[TrialEvidence], None] | None) -> TrialEvidence:
     """A trial that could not run: the learner's notebooks did not load (told once, in its words)."""
@@ -82,18 +103,20 @@ def run_matrix(
     supplier_fence: Any = None,
     worker: str | Path = "reference",
 ) -> MatrixResult:
-    """Run the trials, `parallel` at a time; `on_result` is called (in this thread) as each ends.
+    """Run the trials, `parallel` at a time (in a learner's own Lab session, only saved code: see
+    run_checkpoint's `require_saved`); `on_result` is called (in this thread) as each ends.
     `implementation`: the fences ("reference", a notebook folder, or an Elsewhere when grading);
     `worker`: the pass both workers of each trial run ("reference" or a folder holding 05_checkpoint).
     `supplier_fence` fences each trial's supplier (start_supplier's `fence`: "reference", or a rule)."""
+    refuse_while_loading("the crash matrix")
     if not (isinstance(lease_seconds, (int, float)) and math.isfinite(lease_seconds) and 1.0 <= lease_seconds <= 60):
         raise ValueError("lease_seconds must be a number of seconds from 1 to 60")
     started, result = time.monotonic(), MatrixResult()
     result.seed = seed
     label = "your notebooks" if isinstance(implementation, Elsewhere) else describe(implementation, worker)
     try:
-        loaded = None if isinstance(implementation, Elsewhere) else load_implementation(implementation, worker=worker)
-    except LearnerCodeError as error:
+        loaded = _loaded(implementation, worker, result)
+    except (LearnerCodeError, NotImplementedYet) as error:
         for spec in specs:
             result.append(_not_loaded(spec, label, lease_seconds, seed, error, on_result))
         result.wall_seconds = time.monotonic() - started
@@ -110,17 +133,7 @@ def run_matrix(
     done: dict[int, TrialEvidence] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="ch12-trial")
     try:
-        futures = {pool.submit(run_trial, spec, setting, seed=seed): spec for spec in specs}
-        try:
-            for future in as_completed(futures):
-                trial = future.result()
-                done[futures[future].index] = trial
-                if on_result is not None:
-                    on_result(trial)
-        except BaseException:  # KeyboardInterrupt: no new trial starts; running ones clean up
-            for future in futures:
-                future.cancel()
-            raise
+        _run_all(pool, specs, setting, seed, done, on_result)
     finally:
         pool.shutdown(wait=True)  # every running trial stops and reaps its processes first
         result.extend(done[spec.index] for spec in specs if spec.index in done)
@@ -130,6 +143,33 @@ def run_matrix(
         if temporary is not None:
             temporary.cleanup()
     return result
+
+
+def _run_all(pool: ThreadPoolExecutor, specs: list[TrialSpec], setting: Any, seed: int | None,
+             done: dict[int, TrialEvidence], on_result: Callable[[TrialEvidence], None] | None) -> None:
+    """Every trial; one whose experiment itself went wrong (invariants.experiment_failed: the machine
+    was too slow for the lease, say) runs again, up to TRIES runs in all, in a folder of its own:
+    what the machine did must not count against the code under test."""
+    pending = list(specs)
+    for tries in range(1, TRIES + 1):
+        again = f"try-{tries}"
+        attempt = setting if tries == 1 else replace(
+            setting, folder=setting.folder / again, private=setting.private and setting.private / again)
+        futures = {pool.submit(run_trial, spec, attempt, seed=seed): spec for spec in pending}
+        try:
+            for future in as_completed(futures):
+                trial = future.result()
+                trial.tries = tries
+                done[futures[future].index] = trial
+                if on_result is not None and (tries == TRIES or not experiment_failed(trial)):
+                    on_result(trial)
+        except BaseException:  # KeyboardInterrupt: no new trial starts; running ones clean up
+            for future in futures:
+                future.cancel()
+            raise
+        pending = [spec for spec in pending if experiment_failed(done[spec.index])]
+        if not pending:
+            return
 
 
 def table(result: MatrixResult) -> str:

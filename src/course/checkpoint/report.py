@@ -138,7 +138,21 @@ PREDICTED = {
     "accepted_then_crash": "the replacement's first request",
 }
 
-_reported: dict[int, CaseEvidence] = {}  # cases whose reason `show_checkpoint` already said, by id
+_told: set[str] = set()  # reasons this kernel has already given in full (a run refused, a case that could not run)
+
+
+def _once(reason: str, full: str, short: str) -> str:
+    """`full` the first time this kernel gives `reason`, `short` (a pointer to it) afterwards: the
+    checks come before the run cells in 05, and each would otherwise repeat the same paragraph."""
+    if reason in _told:
+        return short
+    _told.add(reason)
+    return full
+
+
+def _reason(failure: str) -> str:
+    """The refusal itself, whichever case or trial carried it (a trial says where it stopped first)."""
+    return failure.rsplit("could not be loaded: ", 1)[-1]
 
 
 def not_ready(checkpoint) -> str | None:  # a Checkpoint
@@ -157,9 +171,10 @@ def not_ready(checkpoint) -> str | None:  # a Checkpoint
             by_notebook.setdefault(NOTEBOOK_OF.get(name, "its notebook"), []).append(f"`{name}`")
         where = "; ".join(f"{_and(names)} in {notebook}" for notebook, names in by_notebook.items())
         these, them = ("these are", "them") if len(missing) > 1 else ("this is", "it")
-        return ("The checkpoint has not run your code yet: it runs your own functions from your saved 01_claims, "
-                f"02_fencing and 04_recovery, and {these} not implemented yet: {where}. Write {them}, save each "
-                "notebook (File > Save), then run this cell again.")
+        saved = "your saved " + _and(sorted(by_notebook))
+        each = "each notebook" if len(by_notebook) > 1 else "the notebook"
+        return (f"The checkpoint has not run your code yet: it runs your own functions from {saved}, and {these} "
+                f"not implemented yet: {where}. Write {them}, save {each} (File > Save), then run this cell again.")
     reasons = {case.failures[0] for case in checkpoint if case.failures}
     if checkpoint and all(case.replacement is None and case.failures for case in checkpoint) and len(reasons) == 1:
         return "The checkpoint could not run your code: " + _sentence(reasons.pop())
@@ -169,10 +184,9 @@ def not_ready(checkpoint) -> str | None:  # a Checkpoint
 def could_not_run(case: CaseEvidence) -> str:
     """A check's sentence for a case that could not run the learner's code: a pointer to the message
     the run cell already showed in this kernel, else the reason itself."""
-    if _reported.get(id(case)) is case:
-        return (f"The {case.case} case could not run your code; the message under the checkpoint's run above says "
-                "why.")
-    return f"The {case.case} case could not run: " + _sentence("; ".join(case.failures) or "no failure recorded")
+    said = "; ".join(case.failures) or "no failure recorded"
+    return _once(_reason(said), f"The {case.case} case could not run: " + _sentence(said),
+                 f"The {case.case} case could not run your code, for the reason given above.")
 
 
 def prediction_lines(checkpoint, predicted: Mapping[str, Any]) -> list[str]:  # a Checkpoint
@@ -204,9 +218,8 @@ def show_checkpoint(checkpoint, predicted: Mapping[str, Any] | None = None) -> N
 
     message = not_ready(checkpoint)
     if message is not None:
-        for case in checkpoint:
-            _reported[id(case)] = case
-        print(wrap(message))
+        print(wrap(_once(getattr(checkpoint, "refused", None) or message, message,
+                         "The checkpoint did not run your code, for the reason given above.")))
         return
     lines = prediction_lines(checkpoint, predicted or {})
     print("\n".join([*lines, *([""] if lines else []), *summary_lines(checkpoint)]))
@@ -216,6 +229,23 @@ def show_checkpoint(checkpoint, predicted: Mapping[str, Any] | None = None) -> N
         from course.checkpoint.timeline import draw_timeline
 
         draw_timeline(drawn, show=True)
+
+
+def show_matrix(result) -> None:  # a MatrixResult
+    """What a crash-matrix cell shows: the one message when it could not run the learner's code, else
+    the grid, the figures and the first failing trials' sentences."""
+    from course.checkpoint.matrix import figures, table
+    from course.checks import wrap
+
+    message = not_ready(result)
+    if message is not None:
+        print(wrap(_once(getattr(result, "refused", None) or message, message,
+                         "The crash matrix did not run your code, for the reason given above.")))
+        return
+    print(table(result))
+    print(figures(result))
+    for trial in [trial for trial in result if not trial.passed][:3]:
+        print(wrap(f"- {trial.point}, {trial.nemesis}: " + "; ".join(trial.failures)))
 
 
 def drawable(case: CaseEvidence) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 from course.checkpoint.cases import ALL, TITLES, Prepared, Setting, prepare, run_prepared
 from course.checkpoint.evidence import CaseEvidence, lease_union
 from course.checkpoint.verdict import experiment_failed, judge
-from course.learner import REFERENCE_NAME, LearnerCodeError, describe, load_implementation
+from course.learner import REFERENCE_NAME, LearnerCodeError, describe, load_implementation, refuse_while_loading
 from sovereign_agent.ownership import Ownership
 
 # A case whose experiment itself went wrong runs again, up to this many runs in all: what the
@@ -97,6 +97,7 @@ def run_checkpoint(
     learner's JupyterLab kernel ran a graded cell the saved notebook does not hold. Default:
     when this runs in a kernel started by a Jupyter server (the learner's own session).
     """
+    refuse_while_loading("the checkpoint")
     if require_saved is None:
         require_saved = bool(os.environ.get("JPY_SESSION_NAME"))
     started = time.monotonic()

@@ -98,11 +98,24 @@ def run_trial(spec: TrialSpec, setting: Setting, *, seed: int | None = None) -> 
             _steps(spec, setting, prepared, evidence)
         finally:
             prepared.close()
-    evidence.left_running = [pid for pid in (evidence.worker_pid, evidence.supplier_pid) if pid and alive(pid)]
+    evidence.left_running = _left_running(prepared, evidence, sandboxed=setting.spawn is not None)
     _facts(evidence, prepared.database)
     _count(evidence, prepared.database, prepared.ledger)
     evidence.wall_seconds = time.monotonic() - started
     return judge_trial(evidence)
+
+
+def _left_running(prepared: Any, evidence: TrialEvidence, *, sandboxed: bool) -> list[int]:
+    """The trial's processes still running after it was closed. A worker started in a learner
+    sandbox (grading) is asked through its handle: its pid is the grader's number for it, not a
+    process of this one's namespace."""
+    found = [evidence.supplier_pid] if evidence.supplier_pid and alive(evidence.supplier_pid) else []
+    for worker in (prepared.worker, prepared.replacement):
+        if worker is None:
+            continue
+        if worker.process.poll() is None if sandboxed else alive(worker.pid):
+            found.append(worker.pid)
+    return found
 
 
 def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvidence) -> None:
@@ -113,7 +126,7 @@ def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvid
     # nemesis must land first: half the lease (as the checkpoint's accepted_then_crash case).
     timeout = setting.lease / (2 if spec.point == SUPPLIER_POINT else 4)
     with PASSING:
-        worker.send({"do": "pass", "point": spec.point, "endpoint": supplier.endpoint,
+        worker.send({"do": "pass", "point": spec.point, "endpoint": supplier.socket_endpoint or supplier.endpoint,
                      "identity": supplier.identity, "timeout": round(timeout, 3)})
         _wait_for_point(spec, prepared, evidence)
     if spec.jitter > 0:
@@ -162,17 +175,23 @@ def _wait_for_point(spec: TrialSpec, prepared: Any, evidence: TrialEvidence) -> 
     worker = prepared.worker
     signal_file = prepared.folder / "committed.json" if spec.point == SUPPLIER_POINT else worker.ready_file
     deadline = time.monotonic() + setting_bound(evidence)
+    checked = time.monotonic()
     while not signal_file.exists():
         early = worker.poll_reply(0.003)
         if early is not None:
-            # The points are calls through `ownership` and the supplier: a learner's pass that ends
-            # without reaching one made that step some other way, which no fence can check.
-            step = blame.revisit_text(("assert_current",), evidence)
+            # The points are calls through `ownership` and the supplier: a pass that completed its work
+            # without reaching one made that step some other way, which no fence can check. Any other
+            # early end (a lease too short on a loaded machine) says nothing of the learner's code.
+            bypassed = early.get("status") == "DONE" and not early.get("reached") and spec.point != SUPPLIER_POINT
+            step = blame.revisit_text(("assert_current",), evidence) if bypassed else None
             raise Abort(f"the old worker's pass ended before crash point {spec.point} "
                         f"({POINTS[spec.point]}): {early.get('error') or early.get('status')}"
                         + (f" (revisit {step})" if step else ""))
-        if worker.process.poll() is not None:
-            raise Abort(f"the old worker exited (status {worker.process.returncode}) before crash point {spec.point}")
+        if time.monotonic() - checked > 0.05:  # asking the process's state may cost a round trip (grading)
+            checked = time.monotonic()
+            if worker.process.poll() is not None:
+                raise Abort(f"the old worker exited (status {worker.process.returncode}) before crash point "
+                            f"{spec.point}")
         if time.monotonic() > deadline:
             raise Abort(f"the old worker did not reach crash point {spec.point} within {setting_bound(evidence)} s")
     evidence.reached_at = signal_file.stat().st_mtime

@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 from reference_organizations.store.agent import SUPPLIER_IDENTITY, ShopTools
-from sovereign_agent.agent_loop import Limits, run_loop
+from sovereign_agent.agent_loop import Limits, LoopResult, run_loop
 from sovereign_agent.assistant_orders import UNSENT, OrderRefused, SpendingPolicy, execute
 from sovereign_agent.assistant_work import BudgetExhausted, Claim, reserve_model_call
 from sovereign_agent.database import Database
@@ -38,7 +38,7 @@ def run_once(
     ownership: Ownership = REFERENCE,
 ) -> dict[str, Any]:
     """One worker pass. Returns {"status": "IDLE"} when nothing is eligible."""
-    owner = owner or _fresh_owner()
+    owner = owner or fresh_owner()
     if supplier is not None:
         recovered = reconcile_once(db, supplier, owner=owner, policy=policy, limits=limits, ownership=ownership)
         if recovered["status"] != "IDLE":
@@ -63,7 +63,7 @@ def reconcile_once(
     ownership: Ownership = REFERENCE,
 ) -> dict[str, Any]:
     """A recovery-only pass: take an assignment with an uncertain order and discover its fate."""
-    work = ownership.claim(db, owner or _fresh_owner(), ttl=lease_seconds(limits, supplier), recovery_only=True)
+    work = ownership.claim(db, owner or fresh_owner(), ttl=lease_seconds(limits, supplier), recovery_only=True)
     if work is None:
         return {"status": "IDLE"}
     record_process(db, work.owner)
@@ -120,22 +120,19 @@ def _stopped(db: Database, order: str, cancelled: bool) -> str:
     return "CANCELLED" if cancelled and not is_uncertain(db.connection, order) else "BLOCKED"
 
 
-def _reason(
-    db: Database,
-    work: Claim,
-    model: Model,
-    limits: Limits,
-    supplier: Supplier | None,
-    policy: SpendingPolicy | None,
-    ownership: Ownership,
-) -> dict[str, Any]:
+def think(
+    db: Database, work: Claim, model: Model, *, supplier: Supplier | None, limits: Limits, ownership: Ownership
+) -> LoopResult:
+    """The owned model loop for one claim: the shop's tools, every model call reserved and every
+    transcript row and tool call made under `ownership`'s fence. It writes nothing else and decides
+    nothing: what the work becomes afterwards is the pass's to say. A spent model budget comes back
+    as the status BUDGET_EXHAUSTED; a stale claim raises PermissionError."""
     tools = ShopTools(
         db, work, target=supplier.identity if supplier else SUPPLIER_IDENTITY, fence=ownership.assert_current
     )
     messages = [{"role": "user", "content": work.prompt, "subject": work.subject}]
-    outcome = {"work": work.id, "generation": work.generation, "owner": work.owner}
     try:
-        loop = run_loop(
+        return run_loop(
             model,
             tools,
             messages,
@@ -147,8 +144,23 @@ def _reason(
             ),
         )
     except BudgetExhausted as exhausted:
-        ownership.finish(db, work, "BLOCKED", str(exhausted))
-        return outcome | {"status": "BLOCKED", "result": str(exhausted)}
+        return LoopResult("BUDGET_EXHAUSTED", str(exhausted))
+
+
+def _reason(
+    db: Database,
+    work: Claim,
+    model: Model,
+    limits: Limits,
+    supplier: Supplier | None,
+    policy: SpendingPolicy | None,
+    ownership: Ownership,
+) -> dict[str, Any]:
+    outcome = {"work": work.id, "generation": work.generation, "owner": work.owner}
+    loop = think(db, work, model, supplier=supplier, limits=limits, ownership=ownership)
+    if loop.status == "BUDGET_EXHAUSTED":
+        ownership.finish(db, work, "BLOCKED", loop.content)
+        return outcome | {"status": "BLOCKED", "result": loop.content}
     approved = ownership.order_to_continue(db, work)
     if loop.status == "DONE" and approved is not None and supplier is not None:
         # Approved while this loop was still running: approve() wakes only BLOCKED work, so
@@ -166,5 +178,6 @@ def _reason(
     return outcome | {"status": status, "result": result, "turns": loop.turns}
 
 
-def _fresh_owner() -> str:
+def fresh_owner() -> str:
+    """A label no other process uses: the pid, for the status report's health check, and a nonce."""
     return f"worker-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -39,20 +39,19 @@ SECTION = "Misconceptions this chapter meets"  # the guide's `## ` section the n
 # (without the bold's closing full stop or quotes). Only checks the section itself names as the
 # place the misconception shows ("How to spot it", or the paragraph after the table).
 MISCONCEPTIONS = {
-    "05_checkpoint/test_checkpoint_live_stale": "Expiry taken as death",
-    "05_checkpoint/test_checkpoint_paused": "Expiry taken as death",
+    "05_checkpoint/test_continue_order": "Sent means done",
     "02_fencing/test_assert_current": "Owner label taken as identity",
     "03_leases/test_exercise_reuse_owner_label": "Owner label taken as identity",
     "02_fencing/test_fences_inside_the_transaction": "A check outside the write's transaction",
     "04_recovery/test_order_to_continue": "Recovery by asking the model again",
-    "05_checkpoint/test_checkpoint_accepted_then_crash": "Recovery by asking the model again",
+    "05_checkpoint/test_run_once": "Recovery by asking the model again",
     "04_recovery/test_recovery_action": "found means may send",
     "07_review/test_exercise_sessions_vs_spending": "a per-session lock protects spending",
     "07_review/test_four_answers": "a live holder is progress",
 }
 # The graded checks of ch12 that point to none of them: a failure there is a mistake of its own
-# (a format, a validation, an experiment's bookkeeping), or several at once (the killed case checks
-# the claim's generation and the model calls together).
+# (a format, a validation, an experiment's bookkeeping), or several at once (05's crash matrix: a
+# frozen holder that goes on after a refusal, a write around `ownership`, a lost order).
 NO_MISCONCEPTION = frozenset({
     "01_claims/test_claim_dataclass", "01_claims/test_claim_acquires", "01_claims/test_claim_replacement",
     "01_claims/test_claim_selection", "01_claims/test_claim_validation", "01_claims/test_claim_race",
@@ -60,7 +59,7 @@ NO_MISCONCEPTION = frozenset({
     "02_fencing/test_observe_refuses_non_dict", "02_fencing/test_finish",
     "02_fencing/test_stale_holder_spends_no_model_call", "03_leases/test_order_may_leave",
     "03_leases/test_exercise_unfenced_observe", "03_leases/test_exercise_stale_response_experiment",
-    "04_recovery/test_delayed_prediction", "04_recovery/test_cancel_while_held", "05_checkpoint/test_checkpoint_killed",
+    "04_recovery/test_delayed_prediction", "04_recovery/test_cancel_while_held", "05_checkpoint/test_crash_matrix",
     "06_explore/test_admit_generation", "07_review/test_vocabulary_format", "07_review/test_vocabulary_most",
     "07_review/test_vocabulary_all",
 })

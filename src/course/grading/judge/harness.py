@@ -6,8 +6,9 @@ answer that did not run to a placeholder saying why.
 
 `race_claims`, `race_admissions`: the rival is the same name in a second learner process. `rebound`: the name is
 rebound in the learner process too, so the judge sees every call the learner's own code makes.
-`run_checkpoint`: the five functions of a learner process that ran 01, 02 and 04, workers in learner
-sandboxes, ledgers in the judge's folder, stale writes made by the judge itself.
+`run_checkpoint`, `run_matrix`: the fences, the runtime's or the five functions of a learner process that
+ran 01, 02 and 04; the worker pass, the runtime's or 05's, run by workers in learner sandboxes; ledgers in
+the judge's folder; stale writes made by the judge itself.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class Context:
 
     @functools.cached_property
     def implementation(self) -> Any:
-        """The checkpoint's implementation: 01, 02 and 04 run as written in a learner process of their own."""
+        """The checkpoint's fences: 01, 02 and 04 run as written in a learner process of their own."""
         from course.checkpoint.run import Elsewhere
         from course.graded_cells import FUNCTIONS
         from sovereign_agent.ownership import Ownership
@@ -108,15 +109,35 @@ class Context:
             raise checks.CheckFailed(f"the checkpoint could not load your notebooks: {', '.join(missing)} missing")
         functions = {name: bound[name] for name in FUNCTIONS}
         claim_class = bound.get("Claim") if isinstance(bound.get("Claim"), type) else None
+        return Elsewhere(Ownership(**functions), claim_class, self.broker.worker, self.private)
+
+    @property
+    def private(self) -> Path:
+        """The judge's folder for the ledgers, which no learner sandbox reaches."""
         private = Path(self.job["private"])
         private.mkdir(parents=True, exist_ok=True)
-        return Elsewhere(Ownership(**functions), claim_class, self.broker.worker, private)
+        return private
+
+    def elsewhere(self, fences: Any, worker: Any) -> Any:
+        """Where a checkpoint or matrix runs while grading: the learner's fences (`fences` names a
+        folder) from a learner process, or the runtime's; the learner's pass (`worker` names a folder)
+        in every worker process, or the runtime's. Workers always run in learner sandboxes."""
+        from course.checkpoint.run import Elsewhere
+        from course.learner import REFERENCE_NAME
+        from sovereign_agent.ownership import REFERENCE
+
+        def learners(source: Any) -> bool:
+            return source is not None and str(source) != REFERENCE_NAME
+
+        base = self.implementation if learners(fences) else Elsewhere(REFERENCE, None, self.broker.worker, self.private,
+                                                                        fences=REFERENCE_NAME)
+        return dataclasses.replace(base, worker="." if learners(worker) else REFERENCE_NAME)
 
 
 def substitute(namespace: dict[str, Any], context: Context) -> None:
     """Replace, by identity, each course harness the setup cells bound with the judge's version."""
     from course import fence_checks
-    from course.checkpoint import run
+    from course.checkpoint import matrix, run
 
     def race_claims(location: Any, claim: Any, *, now: float | None = None, rival: Any = None) -> dict[str, Any]:
         return checks.race_claims(location, claim, now=now, rival=rival or context.again(claim))
@@ -124,9 +145,13 @@ def substitute(namespace: dict[str, Any], context: Context) -> None:
     def race_admissions(rule: Any, **options: Any) -> dict[str, Any]:
         return fence_checks.race_admissions(rule, rival=context.again(rule), **options)
 
-    def run_checkpoint(implementation: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def run_checkpoint(implementation: Any = None, *args: Any, worker: Any = None, **kwargs: Any) -> Any:
         kwargs.pop("require_saved", None)  # the judge judges what was submitted
-        return run.run_checkpoint(context.implementation, *args, **kwargs)
+        return run.run_checkpoint(context.elsewhere(implementation, worker), *args, **kwargs)
+
+    def run_matrix(specs: Any, implementation: Any = None, *args: Any, worker: Any = None, **kwargs: Any) -> Any:
+        kwargs.pop("output_dir", None)  # the judge keeps nothing of a run
+        return matrix.run_matrix(specs, context.elsewhere(implementation, worker), *args, **kwargs)
 
     @contextlib.contextmanager
     def rebound(space: dict[str, Any], name: str, wrap: Any) -> Any:
@@ -148,7 +173,7 @@ def substitute(namespace: dict[str, Any], context: Context) -> None:
                 context.peer.call({"name": "__rebind__"}, (name, there))
 
     swaps = {id(checks.race_claims): race_claims, id(fence_checks.race_admissions): race_admissions,
-             id(run.run_checkpoint): run_checkpoint, id(checks.rebound): rebound}
+             id(run.run_checkpoint): run_checkpoint, id(matrix.run_matrix): run_matrix, id(checks.rebound): rebound}
     for name, value in list(namespace.items()):
         if id(value) in swaps:
             namespace[name] = swaps[id(value)]
