@@ -146,10 +146,10 @@ def test_the_explorer_runs_my_functions_and_explains_a_stub_in_its_grid(tmp_path
     explorer.point.value, explorer.nemesis.value = "observed-2", "SIGKILL"
     assert explorer.whose.value == MINE  # a learner's own functions come first
     trial = explorer.run_trial()
-    assert not trial.passed and "not implemented yet: write `claim`" in trial.failures[0]
+    assert not trial.passed and "not implemented yet: write `Claim`" in trial.failures[0]
     assert explorer.status.value.startswith("<b>FAIL</b>") and not explorer.run_one.disabled
     assert bytes(explorer.picture.value).startswith(b"\x89PNG")  # the timeline, even of a trial that stopped
-    assert "not implemented yet: write `claim`" in explorer.evidence.value
+    assert "not implemented yet: write `Claim`" in explorer.evidence.value
     assert "FAIL" in explorer.cells[("observed-2", "SIGKILL")].value
     assert_nothing_left(tmp_path, recorded_pids([trial]))
 

@@ -10,7 +10,6 @@ Verdicts come from the real checker with the hidden tests (tests/checked_answers
 
 from __future__ import annotations
 
-import time
 
 import pytest
 

@@ -4,7 +4,6 @@ the notebook's heading, the README's table and the guide's session plan."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest

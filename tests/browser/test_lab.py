@@ -425,8 +425,9 @@ def dialog_lines_cut_off(page) -> list[str]:
 
 # The instructor sources run in Lab (Run All, then Validate), and those that draw figures: the
 # screenshots are how a person judges whether the pictures read at notebook width.
-LAB_NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb", "05_checkpoint.ipynb"]
-DRAWING = {"01_claims.ipynb", "03_leases.ipynb", "04_recovery.ipynb", "05_checkpoint.ipynb"}
+# 05 runs in full, solution included, in the capstone test below (a stub, an unsaved change, a wrong worker, the right one).
+LAB_NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb"]
+DRAWING = {"01_claims.ipynb", "03_leases.ipynb", "04_recovery.ipynb"}
 
 
 @pytest.mark.parametrize("name", LAB_NOTEBOOKS)

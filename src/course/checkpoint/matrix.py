@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from course.checkpoint.crashpoints import POINTS
-from course.checkpoint.invariants import experiment_failed
+from course.checkpoint.invariants import experiment_failed, judge_trial
 from course.checkpoint.run import TRIES, Checkpoint, Elsewhere, setting_for
 from course.checkpoint.trial import NEMESES, TrialEvidence, TrialSpec, run_trial
 from course.learner import LearnerCodeError, NotImplementedYet, describe, load_implementation, refuse_while_loading
@@ -85,7 +85,8 @@ def _not_loaded(spec: TrialSpec, label: str, lease_seconds: float, seed: int | N
     """A trial that could not run: the learner's notebooks did not load (told once, in its words)."""
     trial = TrialEvidence(spec.name, spec.point, label, float(lease_seconds), point=spec.point,
                           nemesis=spec.nemesis, index=spec.index, seed=seed,
-                          failures=[f"the learner's notebooks could not be loaded: {error}"])
+                          failures=[f"the learner's notebooks could not be loaded: {error}"], wall_seconds=0.0)
+    judge_trial(trial)  # its invariants say it could not run, as any trial that stopped does
     if on_result is not None:
         on_result(trial)
     return trial
