@@ -3,12 +3,13 @@
 The class hands in 05_checkpoint only (its pass runs over the runtime's fences, so it needs no
 other notebook): the solution, and each plausible wrong worker of test_capstone_workers. Every
 worker process runs in a learner sandbox; the judge decides from the shop database and the
-supplier's ledger. The solution earns every automatic point; each wrong worker loses points, and
-a failed check it can see names the step of its pass to revisit.
+supplier's ledger. The solution, and the runtime's own pass pasted in (written differently), earn
+every automatic point; each wrong worker loses points, and is told the step of its pass to revisit.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from course.grading.classes.autograde import autograde
 from course.grading.nbgrader import commands
 from course.grading.sandbox.bubblewrap import SandboxUnavailable, ensure_available
+from reference_organizations.store import assistant
 from test_capstone_workers import SOLUTION, WRONG, mutated, write_worker
 
 pytestmark = pytest.mark.slow
@@ -39,7 +41,10 @@ def graded(tmp_path_factory):
     (root / "solutions" / commands.ASSIGNMENT).mkdir(parents=True)
     shutil.copy(SOLUTION, root / "solutions" / commands.ASSIGNMENT / NAME)
     commands.release(root=root)
-    answers = {"right": None, **{name: mutated(name) for name in WRONG}}
+    # Written differently: the runtime's own pass, its module pasted whole (other helpers, other structure).
+    runtime = inspect.getsource(assistant).split('"""', 2)[2].lstrip()
+    answers = {"right": None, "written_differently": {"continue_order": runtime, "run_once": "# defined above"},
+               **{name: mutated(name) for name in WRONG}}
     for student, graded_cells in answers.items():
         folder = root / "submitted" / student / commands.ASSIGNMENT
         if graded_cells is None:
@@ -60,10 +65,11 @@ def messages(root: Path, student: str) -> dict[str, str]:
             for output in cell.get("outputs", []) if output.get("output_type") == "error"}
 
 
-def test_the_solution_worker_earns_every_automatic_point_through_the_judge(graded):
+@pytest.mark.parametrize("student", ["right", "written_differently"])
+def test_a_right_worker_earns_every_automatic_point_through_the_judge(graded, student):
     root, results = graded
-    right = results["right"]
-    assert (right.score, right.reasons) == (AUTOMATIC, {}), messages(root, "right")
+    right = results[student]
+    assert (right.score, right.reasons) == (AUTOMATIC, {}), messages(root, student)
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
