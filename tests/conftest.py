@@ -75,6 +75,19 @@ def sandbox_cgroups() -> set[str]:
             for name in names if name.startswith("course-grading-") and RUN_LABEL in name}
 
 
+def sandboxed_pids() -> dict[int, str]:
+    """Live processes in one of this test run's sandbox cgroups (judges, learner processes, their
+    bwrap), by /proc/PID/cgroup: another test's graders, running at the same time, are not counted."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and RUN_LABEL in entry.joinpath("cgroup").read_text() and alive(int(entry.name)):
+                found[int(entry.name)] = entry.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+        except OSError:
+            continue
+    return found
+
+
 def nbgrader_metadata(grade_id: str, *, grade=False, solution=False, locked=False, points=None) -> dict:
     """Cell metadata for a toy nbgrader notebook (schema 3); graded cells get `points` (default 1)."""
     meta = {

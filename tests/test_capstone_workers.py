@@ -117,9 +117,12 @@ def test_the_right_worker_passes_every_case_in_real_processes(right_worker, tmp_
     assert_nothing_left(tmp_path, [pid for case in cases for pid in (case.worker_pid, case.supplier_pid) if pid])
 
 
-# The history checker's four invariants, over what a wrong worker's lost-answer case recorded: the
-# two mistakes that leave a trace in the records are flagged (the others leave none it reads).
-RECORDED = {"done_when_unknown": "done_means_settled", "releases_when_unknown": "money_conserved"}
+# The history checker's invariants, over what a wrong worker's lost-answer case recorded: the four
+# mistakes that leave a trace in the records are flagged. Re-asking the model leaves none (the case's
+# model refuses before anything is written; the checkpoint counts its calls), and neither does a
+# send after a refusal here (no refusal happens in this case; the frozen cases grade it).
+RECORDED = {"done_when_unknown": {"done_means_settled"}, "releases_when_unknown": {"money_conserved"},
+            "new_work_first": {"reconciled_first"}, "completes_around_the_fence": {"finished_with_event"}}
 
 
 @pytest.mark.parametrize("name", [None, *RECORDED])
@@ -128,7 +131,7 @@ def test_the_history_checker_flags_what_a_wrong_worker_leaves_in_the_records(nam
     (case,) = run_checkpoint("reference", worker=folder, cases=[ANSWER_LOST], output_dir=tmp_path / "out")
     (run,) = (tmp_path / "out").iterdir()
     found = {violation.invariant for violation in history.check(history.load(run / ANSWER_LOST))}
-    assert found == ({RECORDED[name]} if name else set()), (found, case.failures)
+    assert found == (RECORDED[name] if name else set()), (found, case.failures)
 
 
 def test_a_worker_sandbox_tripwires_exactly_what_its_process_loads_from_the_submission():

@@ -1,6 +1,6 @@
 """The history checker: read a trial's records, check invariants over them alone.
 
-A seeded soak of the reference holds all four invariants; each invariant flags a real history
+A seeded soak of the reference holds all six invariants; each invariant flags a real history
 with one fact changed (and not the real one); a run with a fence blind to the generation is
 caught from its records; bad input is refused, and nothing is written anywhere.
 """
@@ -94,11 +94,32 @@ def _done_with_unknown_order(seen):
     seen["orders"][0]["status"] = "UNKNOWN"
 
 
+def _new_work_while_in_doubt(seen):
+    """The replacement's answer was lost (it finished BLOCKED, its order UNKNOWN), then it claimed other work."""
+    (work,), (order,) = seen["work"], seen["orders"]
+    for event in seen["events"]:
+        if event["kind"] == "assistant.order.settled":
+            event["kind"], event["payload"] = "assistant.order.unknown", {k: v for k, v in event["payload"].items()
+                                                                            if k != "status"}
+        if event["kind"] == "assistant.work.finished":
+            event["payload"]["status"] = "BLOCKED"
+    work["status"], order["status"] = "BLOCKED", "UNKNOWN"
+    last = seen["events"][-1]
+    seen["events"].append({**last, "seq": last["seq"] + 1, "kind": "assistant.work.claimed",
+                           "payload": {"work": "other-work", "generation": 1, "owner": "replacement", "expires": 0.0}})
+
+
+def _status_without_its_event(seen):
+    seen["work"][0]["status"] = "BLOCKED"
+
+
 @pytest.mark.parametrize(("invariant", "change", "named"), [
     ("current_writer", _late_old_row, "generation 1"),
     ("one_order_per_operation", _second_ledger_order, "2 orders"),
     ("money_conserved", _money_astray, "spent 1600"),
     ("done_means_settled", _done_with_unknown_order, "is UNKNOWN"),
+    ("reconciled_first", _new_work_while_in_doubt, "waited BLOCKED"),
+    ("finished_with_event", _status_without_its_event, "recorded DONE"),
 ])
 def test_each_invariant_flags_one_changed_fact_and_only_that(recorded, invariant, change, named):
     real = history.load(recorded)

@@ -417,11 +417,12 @@ CLAIM_CELLS = ("claim_dataclass", "claim")
 # where the course keeps it.
 OWN = {"01_claims.ipynb": CLAIM_CELLS, "02_fencing.ipynb": ("assert_current", "observe", "finish"),
        "04_recovery.ipynb": ("order_to_continue",), "05_checkpoint.ipynb": ("continue_order", "run_once"),
-       "06_explore.ipynb": ("admit_generation",)}
+       "06_explore.ipynb": ("admit_generation", "money_conserved")}
 MODULE_OF = {"order_to_continue": "sovereign_agent.assistant_orders",
              "admit_generation": "reference_organizations.store.supplier.fence",
              "continue_order": "reference_organizations.store.assistant",
-             "run_once": "reference_organizations.store.assistant"}
+             "run_once": "reference_organizations.store.assistant",
+             "money_conserved": "course.checkpoint.history"}
 
 
 def every_notebook(changes: dict[str, dict[str, str]]) -> dict[str, nbformat.NotebookNode]:

@@ -40,10 +40,12 @@ from typing import Any
 
 from sovereign_agent import records
 from sovereign_agent.assistant_orders import UNCERTAIN
+from sovereign_agent.assistant_work import TERMINAL_STATES  # statuses only a completion writes
 
 SHOP_FILE, LEDGER_FILE = "agent.sqlite", "supplier.sqlite"  # a trial folder's files (cases.prepare)
 CLAIMED, FINISHED, CANCELLED = "assistant.work.claimed", "assistant.work.finished", "assistant.work.cancelled"
 APPROVED, ENQUEUED = "assistant.order.approved", "assistant.work.enqueued"
+UNKNOWN, SETTLED = "assistant.order.unknown", "assistant.order.settled"
 RELEASED = ("REJECTED", "REVOKED")  # an approved order's reservation went back to the account
 
 
@@ -197,9 +199,47 @@ def done_means_settled(history: dict[str, Any]) -> list[Violation]:
             for order in history["orders"] if order["work"] in done and order["status"] in UNCERTAIN]
 
 
+def reconciled_first(history: dict[str, Any]) -> list[Violation]:
+    """No other assignment is claimed while one waits, BLOCKED, on an order whose answer was lost:
+    an order in doubt is looked up before new work (a later claim of that same assignment, the
+    recovery, is fine). Sees only what finished BLOCKED; a holder that died mid-send leaves its
+    assignment RUNNING, and the next claim of anything is its recovery or the lease's business."""
+    found, in_doubt, work_of = [], {}, {order["id"]: order["work"] for order in history["orders"]}
+    unknown = set()  # orders whose last admission event was `unknown`, not yet settled
+    for event in history["events"]:
+        kind, payload = event["kind"], event["payload"]
+        if kind == UNKNOWN:
+            unknown.add(payload["order"])
+        elif kind == SETTLED:
+            unknown.discard(payload["order"])
+            in_doubt.pop(work_of.get(payload["order"]), None)
+        elif kind == FINISHED and payload.get("status") == "BLOCKED":
+            doubtful = sorted(order for order in unknown if work_of.get(order) == payload["work"])
+            if doubtful:
+                in_doubt[payload["work"]] = doubtful[0]
+        elif kind == CLAIMED:
+            for work, order in in_doubt.items():
+                if work != payload["work"]:
+                    found.append(Violation("reconciled_first", f"event {event['seq']} claimed assignment "
+                                           f"{payload['work']} while assignment {work} waited BLOCKED on order "
+                                           f"{order}, whose answer was lost"))
+    return found
+
+
+def finished_with_event(history: dict[str, Any]) -> list[Violation]:
+    """An assignment's final status is the one its last completion event recorded: a completion
+    that left no event (written around the fences) shows as a status nothing in the log explains."""
+    last = {e["payload"]["work"]: e["payload"].get("status", "CANCELLED") for e in history["events"]
+            if e["kind"] in (FINISHED, CANCELLED)}
+    return [Violation("finished_with_event", f"assignment {work['id']} ended {work['status']}, but its last "
+                      f"completion event recorded {last.get(work['id']) or 'none'}")
+            for work in history["work"] if work["status"] in TERMINAL_STATES and last.get(work["id"]) != work["status"]]
+
+
 INVARIANTS: dict[str, Callable[[dict[str, Any]], list[Violation]]] = {
     invariant.__name__: invariant
-    for invariant in (current_writer, one_order_per_operation, money_conserved, done_means_settled)
+    for invariant in (current_writer, one_order_per_operation, money_conserved, done_means_settled,
+                      reconciled_first, finished_with_event)
 }
 
 

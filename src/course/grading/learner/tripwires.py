@@ -29,6 +29,7 @@ ANSWERS = {
     "admit_generation": "reference_organizations.store.supplier.fence",
     "continue_order": "reference_organizations.store.assistant",
     "run_once": "reference_organizations.store.assistant",
+    "money_conserved": "course.checkpoint.history",
 }
 # What a checkpoint worker runs of 01, 02 and 04 (the `implementation`): the five functions; the course's own
 # Claim stays, as the checkpoint's harness builds records with it.
