@@ -63,6 +63,29 @@ def assert_nothing_left(
     assert not left, f"processes left running: {left}"
 
 
+# How the run is spread over workers (--dist loadfile: one worker takes a whole file). Measured on a
+# 2-core machine over a whole CI run (/proc/stat every 10 s): with one worker per core the cores were
+# busy 77% of the time, since many tests wait on wall-clock leases, servers and browsers, and the
+# last minutes ran at 35-57%, one worker alone with a long file. So: one worker more than cores
+# (--maxprocesses still caps it), and the files that take minutes handed out first, in this order
+# (pytest-xdist would otherwise put the files with the most tests first: --no-loadscope-reorder).
+LONGEST_FIRST = (
+    "test_hostile_submissions.py", "browser/test_lab.py", "test_course_notebooks.py", "test_hostile_host.py",
+    "browser/test_hub.py", "test_grading_tools.py", "test_instructor_commands.py", "test_exercises_01.py",
+    "test_capstone_grading.py", "test_exchange.py", "browser/test_explorer.py", "test_history.py",
+)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return len(os.sched_getaffinity(0)) + 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).resolve().parent
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.resolve().relative_to(tests).as_posix(), len(rank)))  # stable
+
+
 # Every grading process this test run starts names its sandboxes' cgroups with this label, so a test
 # judges only the groups of its own run, not those of another grader on the same machine.
 os.environ[LABEL_VARIABLE] = RUN_LABEL = f"pytest{os.getpid()}"
