@@ -64,20 +64,15 @@ def assert_nothing_left(
 
 
 # How the run is spread over workers (--dist loadfile: one worker takes a whole file). Measured on a
-# 2-core machine over a whole CI run (/proc/stat every 10 s): with one worker per core the cores were
-# busy 77% of the time, since many tests wait on wall-clock leases, servers and browsers, and the
-# last minutes ran at 35-57%, one worker alone with a long file. So: one worker more than cores
-# (--maxprocesses still caps it), and the files that take minutes handed out first, in this order
+# 2-core machine over a whole CI run (/proc/stat every 10 s): its last minutes ran at 35-57% busy, one
+# worker alone with a long file. So the files that take minutes are handed out first, in this order
 # (pytest-xdist would otherwise put the files with the most tests first: --no-loadscope-reorder).
+# One worker more than cores was tried: 94% busy, but 12% more CPU work and a slower run.
 LONGEST_FIRST = (
     "test_hostile_submissions.py", "browser/test_lab.py", "test_course_notebooks.py", "test_hostile_host.py",
     "browser/test_hub.py", "test_grading_tools.py", "test_instructor_commands.py", "test_exercises_01.py",
     "test_capstone_grading.py", "test_exchange.py", "browser/test_explorer.py", "test_history.py",
 )
-
-
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    return len(os.sched_getaffinity(0)) + 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 from course.checks import STRICT
 from course.grading.classes.autograde import autograde
 from course.grading.nbgrader import commands
+from course.workspace import LEARNER_CONFIG
 from course.grading.nbgrader.preprocessors import NOT_RUN, OBSERVATION_NOT_RERUN, decided_outside, learners_code, observation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +66,9 @@ def test_nbgrader_validate_passes_on_the_solutions(tmp_path):
     shutil.copytree(SOLUTIONS, folder)
     # One `nbgrader validate` per notebook, all at once: a learner validates one notebook at a time, and
     # the notebooks mostly wait on real leases and processes, so together they take the longest one's time.
-    running = {name: subprocess.Popen([sys.executable, "-m", "nbgrader", "validate", name], cwd=folder, text=True,
+    # With the learner's nbgrader settings, as Validate in the learner's Lab (course.workspace) has them.
+    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(ROOT / LEARNER_CONFIG)}
+    running = {name: subprocess.Popen([sys.executable, "-m", "nbgrader", "validate", name], cwd=folder, text=True, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for name in NAMES}
     reports = {}
     try:

@@ -109,17 +109,20 @@ def show_history(name: str) -> dict[str, Any]:
 
 def compare(invariant: Callable[[dict[str, Any]], Any], name: str) -> list[dict[str, Any]]:
     """Every recording, checked by `invariant` (a learner's) and by the course's own `name`: rows
-    of run, how, course (True: a violation), yours (its answer), printed as a table."""
+    of run, how, course (True: a violation), yours (its answer) and others (the course's other
+    invariants that run breaks), printed as a table."""
     rows = []
     for recording in recordings():
         rows.append({"run": recording.name, "how": recording.how, "course": recording.expected(name),
-                     "yours": invariant(recording.history)})
+                     "yours": invariant(recording.history),
+                     "others": [other for other in history.INVARIANTS if other != name and recording.expected(other)]})
     width = max(len(row["run"]) for row in rows)
-    print(f"{'run':<{width}}  {'course':<9} {'yours':<9} how it ran")
+    print(f"{'run':<{width}}  {'course':<9} {'yours':<9} {'also broken (course)':<22} how it ran")
     for row in rows:
         mine = "violated" if row["yours"] else "holds"
         agree = "" if bool(row["yours"]) == row["course"] else "  <- differs"
-        print(f"{row['run']:<{width}}  {'violated' if row['course'] else 'holds':<9} {mine:<9} {row['how']}{agree}")
+        print(f"{row['run']:<{width}}  {'violated' if row['course'] else 'holds':<9} {mine:<9} "
+              f"{', '.join(row['others']) or '-':<22} {row['how']}{agree}")
     return rows
 
 
