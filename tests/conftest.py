@@ -63,24 +63,6 @@ def assert_nothing_left(
     assert not left, f"processes left running: {left}"
 
 
-# How the run is spread over workers (--dist loadfile: one worker takes a whole file). Measured on a
-# 2-core machine over a whole CI run (/proc/stat every 10 s): its last minutes ran at 35-57% busy, one
-# worker alone with a long file. So the files that take minutes are handed out first, in this order
-# (pytest-xdist would otherwise put the files with the most tests first: --no-loadscope-reorder).
-# One worker more than cores was tried: 94% busy, but 12% more CPU work and a slower run.
-LONGEST_FIRST = (
-    "test_hostile_submissions.py", "browser/test_lab.py", "test_course_notebooks.py", "test_hostile_host.py",
-    "browser/test_hub.py", "test_grading_tools.py", "test_instructor_commands.py", "test_exercises_01.py",
-    "test_capstone_grading.py", "test_exchange.py", "browser/test_explorer.py", "test_history.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    tests = Path(__file__).resolve().parent
-    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.resolve().relative_to(tests).as_posix(), len(rank)))  # stable
-
-
 # Every grading process this test run starts names its sandboxes' cgroups with this label, so a test
 # judges only the groups of its own run, not those of another grader on the same machine.
 os.environ[LABEL_VARIABLE] = RUN_LABEL = f"pytest{os.getpid()}"
