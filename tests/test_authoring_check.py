@@ -105,6 +105,11 @@ def require_written_removed(cells):
     test.source = test.source.replace('require_written(globals(), "order_may_leave")\n', "")
 
 
+def pass_line_removed(cells):
+    test = cell(cells, "test_order_to_continue")
+    test.source = test.source[:test.source.rindex("passed(")].rstrip("\n")
+
+
 def require_written_short_of_a_name(cells):
     test = cell(cells, "test_exercise_stale_response_experiment")
     test.source = test.source.replace(', "release_stale_response")', ")")
@@ -116,14 +121,15 @@ def lease_left_answer(cells):
     answer = code("lease_left", "def lease_left(db, claim, now):\n    ### BEGIN SOLUTION\n"
                   "    return max(0.0, lease_expiry(db.connection, claim.id) - now)\n    ### END SOLUTION\n",
                   solution=True, tags=["raises-exception"])
-    test = code("test_lease_left", "from course.checks import require_written\n"
+    test = code("test_lease_left", "from course.checks import passed, require_written\n"
                 'require_written(globals(), "lease_left")\n'
                 'db = fresh_shop()\nenqueue(db, "phone:1", "lucy", "Restock vanilla")\n'
                 'held = reference.claim(db, "worker", now=1000.0, ttl=30)\n'
                 'expect(lease_left(db, held, 1010.0) == 20.0, "20 s are left of a 30 s lease after 10 s")\n'
                 "### BEGIN HIDDEN TESTS\n"
                 'expect(lease_left(db, held, 1040.0) == 0.0, "an ended lease has no time left")\n'
-                "### END HIDDEN TESTS\n", points=2, tags=["raises-exception"])
+                "### END HIDDEN TESTS\n"
+                'passed("lease_left counts what is left of a live lease")\n', points=2, tags=["raises-exception"])
     insert_after(cells, "test_exercise_stale_response_experiment", answer, test)
     cell(cells, "setup").source += "from sovereign_agent.records import lease_expiry\n"
 
@@ -146,6 +152,8 @@ MISTAKES = {  # mistake: (notebook, its change, the finding's notebook and cell,
                             ["a generator expression", "NotPlainData"]),
     "require_written removed": ("03_leases", require_written_removed, "03_leases.ipynb test_order_may_leave",
                                 ['require_written(globals(), "order_may_leave")', "does not start with"]),
+    "pass line removed": ("04_recovery", pass_line_removed, "04_recovery.ipynb test_order_to_continue",
+                          ["does not end in `passed(", "cannot tell a pass from a cell that did not run"]),
     "require_written short of a name": ("03_leases", require_written_short_of_a_name,
                                         "03_leases.ipynb test_exercise_stale_response_experiment",
                                         ["does not name `release_stale_response`"]),

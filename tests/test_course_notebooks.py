@@ -2,7 +2,8 @@
 
 - every solutions notebook runs top to bottom with papermill, and every fact its observations state holds
   (nobody predicts there: every experiment runs, and no prediction is kept);
-- `nbgrader validate` passes on the solutions;
+- every visible test passes in that run and says so in its last line, and `nbgrader validate` (the
+  learner's Validate) passes on the capstone;
 - the committed learner release is exactly what nbgrader generates from the solutions (no drift),
   with outputs stripped, and carries no solution or hidden-test text;
 - autograding gives the solutions full marks and the untouched release zero on every autograded
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -21,8 +23,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course.checks import STRICT
+from course.checks import PASSED, STRICT
 from course.grading.classes.autograde import autograde
+from course.grading.judge.checks import hide_region
 from course.grading.nbgrader import commands
 from course.workspace import LEARNER_CONFIG
 from course.grading.nbgrader.preprocessors import NOT_RUN, OBSERVATION_NOT_RERUN, decided_outside, learners_code, observation
@@ -34,6 +37,12 @@ NAMES = sorted(path.name for path in SOLUTIONS.glob("*.ipynb"))
 REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
 
 pytestmark = pytest.mark.slow
+
+
+def is_test(cell: nbformat.NotebookNode) -> bool:
+    """A graded code cell that is not an answer: an autograded test."""
+    grading = cell.metadata.get("nbgrader", {})
+    return bool(grading.get("grade")) and not grading.get("solution")
 
 
 def cells_by_id(path: Path) -> dict[str, nbformat.NotebookNode]:
@@ -56,31 +65,37 @@ def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path, monkeypatch)
 
     folder = tmp_path / "ch12"
     shutil.copytree(SOLUTIONS, folder)  # 05_checkpoint grades the notebooks beside it
-    papermill.execute_notebook(folder / name, tmp_path / f"run-{name}", cwd=folder, kernel_name="python3", progress_bar=False)
+    ran = papermill.execute_notebook(folder / name, tmp_path / f"run-{name}", cwd=folder, kernel_name="python3",
+                                     progress_bar=False)
     # Nobody predicts in the course's own run: every experiment ran, and no prediction was compared or kept.
     assert not (folder / ".predictions.jsonl").exists()
+    # No cell ends in an error (a test cell's `raises-exception` tag lets the run go on past a failing test,
+    # as Lab's Run All does), and every visible test says in its last line that it passed, or what waits.
+    runs_code = {grade_id: cell.cell_type == "code" and bool(ast.parse(hide_region(cell.source, None)).body)
+                 for grade_id, cell in cells_by_id(SOLUTIONS / name).items()}  # 07's key cells are all hidden
+    for cell in ran.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        errors = [f"{o.ename}: {o.evalue}" for o in cell.get("outputs", []) if o.output_type == "error"]
+        assert errors == [], f"{name}/{grade_id or cell.source[:60]}: {errors}"
+        if cell.cell_type != "code" or not is_test(cell) or not runs_code[grade_id]:
+            continue
+        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        said = text[text.rfind(PASSED):] if PASSED in text else text
+        assert PASSED in text or "when your instructor grades" in text, f"{name}/{grade_id} passed silently: {text!r}"
+        assert 0 < len(said.strip().splitlines()) <= 2, f"{name}/{grade_id}: its last line is not short: {said!r}"
 
 
-def test_nbgrader_validate_passes_on_the_solutions(tmp_path):
+def test_nbgrader_validate_passes_on_the_capstone(tmp_path):
+    """The learner's Validate button, with the learner's nbgrader settings (course.workspace), on the notebook
+    whose cells wait longest for output (05's crash trials). That every visible test of every notebook passes
+    with the solutions is the papermill run's to show, above: Validate runs the same cells again."""
     folder = tmp_path / "ch12"
-    shutil.copytree(SOLUTIONS, folder)
-    # One `nbgrader validate` per notebook, all at once: a learner validates one notebook at a time, and
-    # the notebooks mostly wait on real leases and processes, so together they take the longest one's time.
-    # With the learner's nbgrader settings, as Validate in the learner's Lab (course.workspace) has them.
+    shutil.copytree(SOLUTIONS, folder)  # 05_checkpoint grades the notebooks beside it
     env = {**os.environ, "JUPYTER_CONFIG_PATH": str(ROOT / LEARNER_CONFIG)}
-    running = {name: subprocess.Popen([sys.executable, "-m", "nbgrader", "validate", name], cwd=folder, text=True, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for name in NAMES}
-    reports = {}
-    try:
-        for name, process in running.items():
-            reports[name] = process.communicate(timeout=600)[0]
-    finally:
-        for process in running.values():
-            process.kill()
-            process.wait()
-    for name, process in running.items():
-        assert process.returncode == 0, f"{name}: {reports[name][-3000:]}"
-        assert "Success! Your notebook passes all the tests." in reports[name], f"{name}: {reports[name][-3000:]}"
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "validate", "05_checkpoint.ipynb"], cwd=folder, text=True,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "Success! Your notebook passes all the tests." in done.stdout, done.stdout[-3000:]
 
 
 @pytest.mark.parametrize("name", NAMES)

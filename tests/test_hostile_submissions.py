@@ -465,9 +465,10 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
                "traps": TRAPS, "forger": {"claim": FORGER}, "spy": {"claim": SPY}, "liar": {"claim": LIAR},
                "lying_worker": LYING_WORKER}
     for student, replace in attacks.items():  # the twin: the same notebook with exactly those answers unanswered
-        base = home(replace)
-        students[student] = ({base: notebook(base, SOLUTIONS, replace)}, f"{student}_twin")
-        students[f"{student}_twin"] = ({base: notebook(base, SOLUTIONS, stubs(base, *replace))}, None)
+        base = home(replace)  # (attacks on the same answers share one twin: the same submission, graded once)
+        twin = f"twin_{base.split('_')[0]}_{'_'.join(sorted(replace))}"
+        students[student] = ({base: notebook(base, SOLUTIONS, replace)}, twin)
+        students[twin] = ({base: notebook(base, SOLUTIONS, stubs(base, *replace))}, None)
     return students
 
 

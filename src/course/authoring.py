@@ -7,10 +7,10 @@ learner's function crosses a wire that takes plain data, dataclasses, databases 
 (course.grading.wire). A check that passes in a kernel can therefore fail at grading, and a
 correct solution lose its points. `check` reads the sources (it runs no cell) and names, per
 notebook and cell, what would break: a name only a cell the judge never runs defines, an argument
-the wire refuses, a test that does not start with `require_written`, an answer name another cell
-rebinds, and a generated part of the instructor guide that `python -m course.guide` would change.
-Reading sources, it sees what they say, not what they compute: each finder's docstring says what
-it cannot see (`refused_arguments` above all).
+the wire refuses, a test that does not start with `require_written` or does not end by saying it
+passed, an answer name another cell rebinds, and a generated part of the instructor guide that
+`python -m course.guide` would change. Reading sources, it sees what they say, not what they
+compute: each finder's docstring says what it cannot see (`refused_arguments` above all).
 
 It does not tell whether the committed release (notebooks/) is stale: the one way to know is to
 generate it with nbgrader (`make release`; tests/test_course_notebooks.py compares the two), which
@@ -122,6 +122,7 @@ def cell_findings(notebook: str, job: dict, cells: list[CourseCell], bound: list
     read_names = reads(job["check"]) - bindings(job["check"]) - BUILTINS
     found = [Finding(notebook, cell, text) for text in unbound(read_names - at_grading, cells, bound)]
     found += [Finding(notebook, cell, text) for text in unwritten(job["check"], read_names & set(job["answers"]))]
+    found += [Finding(notebook, cell, text) for text in silent(job["check"])]
     setup, functions = [item["source"] for item in job["setup"]], learner_functions(cells)
     found += [Finding(notebook, cell, text) for text in refused_arguments(job["check"], functions, setup)]
     return found
@@ -207,6 +208,22 @@ def unwritten(source: str, answered: set[str]) -> list[str]:
     missing = sorted(answered - named)
     return [f"its `require_written(...)` does not name {', '.join(f'`{n}`' for n in missing)}, which it reads: "
             "name every answer the test reads, or a blank answer's message is vague."] if missing else []
+
+
+def silent(source: str) -> list[str]:
+    """A test whose visible part passes must say so: its last statement is `passed("what it
+    established")`, or `checked_when_graded(...)` where what it checks in a kernel is not yet the
+    points. A cell whose code is all hidden runs nothing in a kernel (its comment says what waits)."""
+    visible = parsed(hide_region(source, None))
+    if visible is None or not visible.body:
+        return []
+    last = visible.body[-1]
+    call = last.value if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) else None
+    if call is not None and dotted(call.func).rpartition(".")[2] in ("passed", "checked_when_graded"):
+        return []
+    return ["does not end in `passed(\"what it established\")`: a learner whose answer passes sees nothing, and "
+            "cannot tell a pass from a cell that did not run. End it with `passed(...)` (course.checks), or with "
+            "`checked_when_graded(...)` when the rest waits for grading."]
 
 
 def collisions(notebook: str, cells: list[CourseCell], bound: list[set[str]], names: dict[str, str]) -> list[Finding]:

@@ -178,6 +178,17 @@ def checked_when_graded(message: str) -> None:
     print(wrap(message))
 
 
+PASSED = "Passed:"  # how a visible test's last line starts when every check above it held
+LATER = "hidden cases run when your instructor grades"
+
+
+def passed(what: str, later: str = LATER) -> None:
+    """The last statement of a visible test: one line naming what it established, so a pass is
+    seen, and saying what waits for grading (its hidden cases), so a pass is not taken for the points.
+    At grading the judge's prints go nowhere; course check-authoring asks every test to end in it."""
+    print(wrap(f"{PASSED} {what}; {later}."))
+
+
 LETTERS = "ABCDEFGH"
 
 
@@ -222,34 +233,44 @@ class PredictionUnset(Exception):
 
 
 @contextmanager
-def observation(name: str, uncaught: str = "") -> Iterator[None]:
+def observation(name: str, uncaught: str = "", *, course: bool = False) -> Iterator[None]:
     """Run an observation; whatever the learner's code does, the cell ends in a sentence, never a
     traceback, so Run All goes on to the tests, which say what to fix. Until its prediction is set
     (course.predictions.bound), say so in a line and run nothing more. If a function it calls is
     still a stub, name that one (`name`: the learner's functions it runs). A fence's refusal after
     the cell already went differently from the text (a note said so) is explained as following from
     that; with `uncaught` (what it means here), so is one the learner's `name` let escape. Where the
-    course's own answers run (COURSE_STATED_FACTS=strict), anything else is the course's error."""
+    course's own answers run (COURSE_STATED_FACTS=strict), anything else is the course's error.
+    With `course`, the cell runs only the course's code (`name`), and a failure is not blamed on the learner."""
     _noted.clear()
     try:
         yield
     except PredictionUnset as unset:
         print(unset)
-    except NotImplementedError as error:
-        print(wrap(not_implemented(stub_name(error) or name) + ", then run this cell again."))
     except Exception as error:
-        if isinstance(error, PermissionError) and uncaught and not _noted:
-            print(wrap(f"Your `{name}` stopped with PermissionError ({error}): {uncaught}"))
-        elif isinstance(error, PermissionError) and _noted:
-            print(wrap(f"Then your fence refused a later write ({error}). That follows from the difference noted "
-                       "above: the earlier write changed the row the later one needed. Fix that first; the test "
-                       "below explains."))
-        elif os.environ.get(STRICT) == "strict":
+        if os.environ.get(STRICT) == "strict" and not isinstance(error, NotImplementedError):
             raise
-        else:
-            print(wrap(stopped(error, name)))
+        print(wrap(_course_code_stopped(error, name) if course else _learners_code_stopped(error, name, uncaught)))
     finally:
         _noted.clear()
+
+
+def _course_code_stopped(error: Exception, name: str) -> str:
+    return (f"This experiment stopped with {type(error).__name__} ({str(error)[:200] or 'no message'}). It runs only "
+            f"the course's code (`{name}`), none of yours: run the cell again, and tell your instructor if it stays. "
+            "The tests below run anyway.")
+
+
+def _learners_code_stopped(error: Exception, name: str, uncaught: str) -> str:
+    """The sentence for an experiment that runs the learner's `name` and stopped with `error`."""
+    if isinstance(error, NotImplementedError):
+        return not_implemented(stub_name(error) or name) + ", then run this cell again."
+    if isinstance(error, PermissionError) and uncaught and not _noted:
+        return f"Your `{name}` stopped with PermissionError ({error}): {uncaught}"
+    if isinstance(error, PermissionError) and _noted:
+        return (f"Then your fence refused a later write ({error}). That follows from the difference noted above: "
+                "the earlier write changed the row the later one needed. Fix that first; the test below explains.")
+    return stopped(error, name)
 
 
 def stopped(error: Exception, name: str) -> str:

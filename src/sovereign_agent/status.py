@@ -180,7 +180,9 @@ def _external_lines(external: dict[str, Any]) -> list[str]:
         )
     lines += [
         f"  {item['status']:<13} order {item['order']}  {item['amount_pence']} pence"
-        f"  work {item['work']} ({item['work_status']})  awaiting reconciliation"
+        f"  work {item['work']} ({item['work_status']})  "
+        + ("no recovery pass takes DONE work: reconcile it by hand" if item["work_status"] == "DONE"
+           else "awaiting reconciliation")
         for item in external["uncertain"]
     ]
     return lines

@@ -53,7 +53,7 @@ class Explorer:
         self.whose = widgets.ToggleButtons(options=[MINE, REFERENCE], description="functions",
                                            style={"description_width": "90px"})
         self.fence = widgets.ToggleButtons(options=[UNFENCED, COURSE_RULE, MY_RULE], description="supplier",
-                                           style={"description_width": "90px"})
+                                           style={"description_width": "90px", "button_width": "auto"})
         self.run_one = widgets.Button(description="Run", button_style="primary", icon="play")
         self.run_all = widgets.Button(description="Run all points", icon="th")
         self.status = widgets.HTML("Choose a crash point and a nemesis, then press Run.")
@@ -125,6 +125,10 @@ class Explorer:
             return None
         for cell in self.cells.values():
             cell.value = "<span title='running'>&hellip;</span>"
+        # the detail panel shows one trial: an earlier one beside the new grid would contradict it
+        self.picture.layout.display = "none"
+        self.evidence.value = ("Every point's verdict fills the grid below. To see one trial's timeline and "
+                               "evidence, choose its point and nemesis and press Run.")
         self._busy(f"Running all {len(self.cells)} trials ({self.whose.value}) ...")
         try:
             result = run_matrix(matrix_specs(), self.implementation(), lease_seconds=self.lease,

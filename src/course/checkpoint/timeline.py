@@ -108,9 +108,9 @@ def _holdings(ax: Any, case: Any, x: Callable[[float], float]) -> float:
         ax.barh(lane, max(x(end) - x(start), shortest), left=x(start), height=0.42, color=colour, alpha=0.45,
                 edgecolor=colour)
         if holding["kind"] == "lease":
-            # at the bar's right end: a kill or pause mark near its start stays clear of the text
-            ax.text(x(end) - 0.02 * shortest / 0.015, lane, f"gen. {holding.get('generation')} lease "
-                    f"({holding.get('owner')}) {end - start:.2f} s", fontsize=SMALL, va="center", ha="right")
+            # short, at the bar's right end: a kill or pause mark near its start stays clear of the text
+            ax.text(x(end) - 0.02 * shortest / 0.015, lane, f"gen. {holding.get('generation')} lease, "
+                    f"{end - start:.2f} s", fontsize=SMALL, va="center", ha="right")
         else:
             ax.annotate(f"generation {holding.get('generation')} holding, {end - start:.2f} s",
                         (x(start) + max(x(end) - x(start), shortest), lane), xytext=(4, 7),
@@ -151,25 +151,27 @@ def _events(ax: Any, case: Any, x: Callable[[float], float]) -> float:
 def _marks(ax: Any, case: Any, x: Callable[[float], float]) -> float:
     """Signals, write attempts, supplier requests, crash points and claims, each as its own mark."""
     right = 0.0
-    attempts: dict[str, list[str]] = {}
+    attempts: dict[str, list[tuple[str, bool]]] = {}  # phase: [(label, refused)]
+    requests: dict[str, int] = {}  # supplier requests labelled so far, per method: each label a line further out
     for mark in case.marks:
         lane = LANES.get(mark["lane"])
         if lane is None or x(mark["at"]) < -0.05:  # start-up happened while the previous case waited
             continue
         right = max(right, x(mark["at"]))
-        _mark(ax, mark, x(mark["at"]), lane, attempts)
+        _mark(ax, mark, x(mark["at"]), lane, attempts, requests)
     for phase, labels in attempts.items():
         times = [m["at"] for m in case.marks
                  if "outcome" in m and m["what"].startswith("after expiry") == (phase == "after expiry")]
-        refused = sum(" " not in label for label in labels)
-        summary = f"{phase}, {refused} of {len(labels)} refused:\n" + ", ".join(labels)
+        refused = sum(was_refused for _, was_refused in labels)
+        summary = f"{phase}, {refused} of {len(labels)} refused:\n" + ", ".join(label for label, _ in labels)
         ax.annotate(summary, (x(max(times)), LANES["old worker"]),
                     xytext=(8, 6 if phase == "after takeover" else -8), textcoords="offset points", fontsize=SMALL,
                     va="bottom" if phase == "after takeover" else "top")
     return right
 
 
-def _mark(ax: Any, mark: dict, at: float, lane: float, attempts: dict[str, list[str]]) -> None:
+def _mark(ax: Any, mark: dict, at: float, lane: float, attempts: dict[str, list[tuple[str, bool]]],
+          requests: dict[str, int]) -> None:
     what = mark["what"]
     if what in SIGNAL_MARKERS:
         marker, label = SIGNAL_MARKERS[what]
@@ -181,12 +183,15 @@ def _mark(ax: Any, mark: dict, at: float, lane: float, attempts: dict[str, list[
         ax.plot(at, lane, "x" if refused else "*", color="black" if refused else "#b00000", markersize=8)
         phase = "after expiry" if what.startswith("after expiry") else "after takeover"
         attempts.setdefault(phase, []).append(
-            mark["boundary"] if refused else f"{mark['boundary']} {mark['outcome'].upper()}")
+            (mark["boundary"] if refused else f"{mark['boundary']} {mark['outcome'].upper()}", refused))
     elif "method" in mark:
         post = mark["method"] == "POST"
         ax.plot(at, lane, "D" if post else "o", color=COLOURS["supplier"], markersize=7)
         label = f"order committed (POST {mark['status']})" if post else f"lookup (GET {mark['status']})"
-        ax.annotate(label, (at, lane), xytext=(6, 6 if post else -15), textcoords="offset points", fontsize=SMALL)
+        before = requests[mark["method"]] = requests.get(mark["method"], 0) + 1
+        step = 11 * (before - 1)  # a second request moments later: its label a line above (POST) or below (GET)
+        ax.annotate(label, (at, lane), xytext=(6, 6 + step if post else -15 - step), textcoords="offset points",
+                    fontsize=SMALL)
     elif "crash_point" in mark:  # the crash matrix: where the old worker stopped itself
         ax.axvline(at, color="#b00000", linestyle=":", linewidth=1.5)
         ax.plot(at, lane, "P", color="#b00000", markersize=10)

@@ -151,7 +151,7 @@ def _steps(spec: TrialSpec, setting: Setting, prepared: Any, evidence: TrialEvid
         ended_with = evidence.old_pass.get("error") or evidence.old_pass.get("status") or "ended"
         refused = str(ended_with).startswith("PermissionError")
         evidence.mark("old worker", f"after takeover, pass ended: {ended_with}", evidence.old_pass["ended_at"],
-                      boundary="pass", outcome="refused" if refused else str(ended_with)[:40])
+                      boundary="its resumed pass", outcome="refused" if refused else str(ended_with)[:40])
 
     # A frozen worker is thawed just before the replacement completes: the row is RUNNING, its lease
     # live, its label the same, so the generation is the only difference between the claim and the row.
