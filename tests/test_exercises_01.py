@@ -455,6 +455,8 @@ ROLE_BLIND = solution_with("WHERE w.role = :role\n               AND (", "WHERE 
 NOW_NOT_CHECKED = chapter_with("not owner or not math.isfinite(now) or", "not owner or")
 # The longest lease refused: 0 < ttl < 3600.
 HOUR_EXCLUDED = chapter_with("not 0 < ttl <= 3600", "not 0 < ttl < 3600")
+# The hour's bound written in whole seconds: 0 < ttl < 3601 lets 3600.5 through.
+HOUR_IN_WHOLE_SECONDS = chapter_with("not 0 < ttl <= 3600", "not 0 < ttl < 3601")
 # The lease checked, but not the owner label.
 OWNER_NOT_CHECKED = chapter_with("if not owner or not math.isfinite(now)", "if not math.isfinite(now)")
 
@@ -491,6 +493,8 @@ MISTAKES = {
                         "expected ValueError: now and ttl must be finite numbers"),
     "an hour refused": (HOUR_EXCLUDED, {"test_claim_validation"}, "test_claim_validation",
                         "an hour is the longest allowed lease"),
+    "an hour in whole seconds": (HOUR_IN_WHOLE_SECONDS, {"test_claim_validation"}, "test_claim_validation",
+                                 "half a second over the hour is outside 0 < ttl <= 3600"),
     "owner not checked": (OWNER_NOT_CHECKED, {"test_claim_validation"}, "test_claim_validation",
                           "claim(owner='', ttl=30) did not raise ValueError"),
 }

@@ -54,6 +54,12 @@ REUSE_AT_EXPIRY = REUSE_LONGER_LEASE.replace(
     'finish(db, old, "DONE", "stale result", now=time.time())', 'finish(db, old, "DONE", "stale result", now=lease_end)'
 )
 
+# Also right: the stale completion through the runtime's own fenced `reference.finish`, not the name `finish`.
+REUSE_THROUGH_THE_RUNTIME = REUSE_LONGER_LEASE.replace(
+    'finish(db, old, "DONE", "stale result", now=time.time())', 'reference.finish(db, old, "DONE", "stale result")'
+)
+assert "reference.finish(db, old" in REUSE_THROUGH_THE_RUNTIME
+
 # Wrong: the stale completion is tried after the replacement finished, so the DONE status refuses it
 # too, and the exercise no longer shows that the generation alone tells the two holders apart.
 REUSE_AFTER_REPLACEMENT_FINISHED = '''
@@ -91,7 +97,8 @@ REUSE_OTHER_LABEL = REUSE_LONGER_LEASE.replace(
 )
 
 
-@pytest.mark.parametrize("answer", [REUSE_LONGER_LEASE, REUSE_AT_EXPIRY], ids=["longer lease", "at the first expiry"])
+@pytest.mark.parametrize("answer", [REUSE_LONGER_LEASE, REUSE_AT_EXPIRY, REUSE_THROUGH_THE_RUNTIME],
+                         ids=["longer lease", "at the first expiry", "through reference.finish"])
 def test_exercise_1_written_differently_keeps_its_points(answer):
     verdict = grade({"exercise_reuse_owner_label": answer}, "test_exercise_reuse_owner_label")
     assert verdict["passed"], verdict
@@ -154,6 +161,12 @@ STALE_COMPLETION_NEVER_TRIED = STALE_TWO_MESSAGES.replace(
     "stale_completion_refused = True")
 
 
+# Also right: the stale completion through the runtime's `reference.finish`.
+STALE_THROUGH_THE_RUNTIME = STALE_TWO_MESSAGES.replace(
+    'refused(lambda: finish(db, old, "DONE", "stale result"))',
+    'refused(lambda: reference.finish(db, old, "DONE", "stale result"))')
+assert "reference.finish(db, old" in STALE_THROUGH_THE_RUNTIME
+
 # Another shape: a helper that tries an action, the counts read with GROUP BY, `now` passed explicitly.
 STALE_WITH_A_HELPER = '''
 def attempt(action, *args, **options):
@@ -182,7 +195,8 @@ def release_stale_response(db, write):
 '''
 
 
-@pytest.mark.parametrize("answer", [STALE_TWO_MESSAGES, STALE_WITH_A_HELPER], ids=["two messages", "a helper"])
+@pytest.mark.parametrize("answer", [STALE_TWO_MESSAGES, STALE_WITH_A_HELPER, STALE_THROUGH_THE_RUNTIME],
+                         ids=["two messages", "a helper", "through reference.finish"])
 def test_exercise_3_written_differently_keeps_its_points(answer):
     verdict = grade({"exercise_stale_response_experiment": answer}, "test_exercise_stale_response_experiment")
     assert verdict["passed"], verdict

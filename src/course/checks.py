@@ -304,14 +304,31 @@ def _raised_in(error: BaseException) -> str:
 @contextmanager
 def rebound(namespace: dict[str, Any], name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
     """While inside, `name` in the learner's namespace is `wrap(what it was)`: a check sees the
-    calls the learner's own code makes of it (their `finish` calling their `assert_current`).
-    At grading the judge rebinds the name in the learner process too, to a callback of its own."""
-    original = namespace[name]
-    namespace[name] = wrap(original)
+    calls the learner's own code makes of it (their `finish` calling their `assert_current`). A
+    dotted name (`reference.finish`) is an attribute of a module the namespace holds, so a call
+    through the module is seen too. At grading the judge rebinds the name in the learner process
+    too, to a callback of its own."""
+    original = looked_up(namespace, name)
+    assign(namespace, name, wrap(original))
     try:
         yield
     finally:
-        namespace[name] = original
+        assign(namespace, name, original)
+
+
+def looked_up(namespace: Mapping[str, Any], name: str) -> Any:
+    """`name` in `namespace`, or for `module.attribute` that attribute (KeyError/AttributeError if none)."""
+    head, _, attribute = name.partition(".")
+    return getattr(namespace[head], attribute) if attribute else namespace[head]
+
+
+def assign(namespace: dict[str, Any], name: str, value: Any) -> None:
+    """Bind `name` (or set `module.attribute`) in `namespace` to `value`."""
+    head, _, attribute = name.partition(".")
+    if attribute:
+        setattr(namespace[head], attribute, value)
+    else:
+        namespace[head] = value
 
 
 STRICT = "COURSE_STATED_FACTS"  # set to "strict" where the course's own answers run (CI's papermill runs)

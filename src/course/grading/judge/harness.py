@@ -155,12 +155,12 @@ def substitute(namespace: dict[str, Any], context: Context) -> None:
 
     @contextlib.contextmanager
     def rebound(space: dict[str, Any], name: str, wrap: Any) -> Any:
-        original = space[name]
+        original = checks.looked_up(space, name)
         wrapped = wrap(original)
-        space[name] = wrapped
+        checks.assign(space, name, wrapped)
         # The learner's code looks the name up in the learner process: rebind it there too, whether the
-        # learner wrote it or a setup cell bound it there (03_leases: the runtime's `finish`), then put
-        # back what was there.
+        # learner wrote it or a setup cell bound it there (03_leases: the runtime's `finish`, and
+        # `reference.finish`, an attribute of a module there), then put back what was there.
         there = original if isinstance(original, wire.Remote) and original.peer is context.peer else \
             names(context.peer, {name}).get(name)
         if isinstance(there, wire.Remote):
@@ -168,7 +168,7 @@ def substitute(namespace: dict[str, Any], context: Context) -> None:
         try:
             yield
         finally:
-            space[name] = original
+            checks.assign(space, name, original)
             if isinstance(there, wire.Remote):
                 context.peer.call({"name": "__rebind__"}, (name, there))
 

@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from course import learner
-from course.checks import is_stub
+from course.checks import assign, is_stub, looked_up
 from course.grading import findings, wire
 from course.grading.sandbox import reaper
 
@@ -32,10 +32,11 @@ def describe(namespace: dict[str, Any], peer: wire.Peer, names: list[str]) -> di
     a dataclass (its declaration), a value (by value), something else, or nothing."""
     found = {}
     for name in names:
-        if name not in namespace:
+        try:
+            value = looked_up(namespace, name)  # `module.attribute` too: what `rebound` may rebind
+        except Exception:  # noqa: BLE001 (missing, or an attribute look-up the learner's object refused)
             found[name] = {"kind": "missing"}
             continue
-        value = namespace[name]
         if is_stub(value):
             found[name] = {"kind": "stub"}
         elif isinstance(value, type) and dataclasses.is_dataclass(value):
@@ -100,7 +101,7 @@ def main(argv: list[str]) -> int:
     served: dict[str, Any] = {}
     peer = wire.Peer(sock, resolve_name=lambda name: served[name] if name in served else namespace[name])
     served[DESCRIBE] = lambda wanted: describe(namespace, peer, list(wanted))
-    served[REBIND] = lambda name, value: namespace.__setitem__(str(name), value)  # the judge's `rebound`
+    served[REBIND] = lambda name, value: assign(namespace, str(name), value)  # the judge's `rebound`
     peer.send({"ready": fitted([run.to_json() for run in runs]), "pid": os.getpid()})
     peer.gone.wait()
     os._exit(0)  # no learner atexit handler runs; the sandbox ends with us
