@@ -22,6 +22,7 @@ from nbclient.exceptions import CellExecutionError
 from course.checks import PASSED, WIDTH
 from test_capstone_workers import mutated
 from test_checkpoint import APPROVED_ONLY
+from test_exercises_04 import CANCEL_AFTER_RELEASE
 from test_notebook_messages import (KEY_4, OWNER_ONLY_FENCE, PREDICTED, RELEASE, SOLUTIONS, WORDS, filled, meta,
                                     predicted)
 from test_recorded_histories import WRONG as WRONG_INVARIANTS
@@ -139,21 +140,6 @@ class Claim:
     epoch: str
     subject: str = ""
     role: str = "shop"
-'''
-CANCEL_AFTER_RELEASE = '''def cancel_while_held(db, work_id, supplier, point):
-    """Wrong on purpose: holds the pass, but cancels only after it is released."""
-    client = SupplierClient(supplier)
-    mine = Ownership(order_to_continue=order_to_continue)
-    hold = Hold(point, lambda: None)
-    try:
-        run_once(db, OfflineShopModel(), owner="slow-worker", supplier=hold.supplier(client), policy=POLICY,
-                 ownership=hold.ownership(mine))
-        completion = "accepted"
-    except PermissionError:
-        completion = "refused"
-    cancel(db, work_id)
-    recovery = reconcile_once(db, client, policy=POLICY, ownership=mine)
-    return {"held": hold.fired, "completion": completion, "recovery": recovery["status"]}
 '''
 REFUSES_EQUAL = '''def admit_generation(ledger, work_id, generation):
     """Wrong on purpose: a resend by the same holder (an equal generation) is refused."""
