@@ -22,6 +22,7 @@ from nbclient.exceptions import CellExecutionError
 from course.checks import PASSED, WIDTH
 from test_capstone_workers import mutated
 from test_checkpoint import APPROVED_ONLY
+from test_exercises_01 import CHAPTER
 from test_exercises_04 import CANCEL_AFTER_RELEASE
 from test_notebook_messages import (KEY_4, OWNER_ONLY_FENCE, PREDICTED, RELEASE, SOLUTIONS, WORDS, filled, meta,
                                     predicted)
@@ -129,18 +130,8 @@ ONE_AFTER_THE_OTHER = '''def race_two_sessions(db, policy, admit):
         finish(db, held, "DONE", "done")
     return {"claims": claims, "approved": [o for o in orders if o not in refused], "refused": refused}
 '''
-NOT_FROZEN = '''@dataclass
-class Claim:
-    """Wrong on purpose: not frozen, so a worker can promote its own claim."""
-    id: str
-    session: str
-    prompt: str
-    generation: int
-    owner: str
-    epoch: str
-    subject: str = ""
-    role: str = "shop"
-'''
+NOT_FROZEN = CHAPTER["claim_dataclass"].replace("@dataclass(frozen=True)", "@dataclass")  # the chapter's, unfrozen
+assert NOT_FROZEN != CHAPTER["claim_dataclass"]
 REFUSES_EQUAL = '''def admit_generation(ledger, work_id, generation):
     """Wrong on purpose: a resend by the same holder (an equal generation) is refused."""
     ledger.execute("BEGIN IMMEDIATE")
