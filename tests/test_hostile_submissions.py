@@ -551,6 +551,18 @@ def test_honest_submissions_get_their_exact_scores(graded):
     assert all(results[s].reasons == {} for s in ("complete", "complete_everywhere", "written_differently"))
 
 
+def test_the_complete_submission_shows_no_error_in_any_cell_of_its_feedback(graded):
+    """Every notebook's solutions, autograded: no cell of the autograded notebooks shows an error (a course
+    cell that needs an observation's data must be an observation itself: observations are not re-run)."""
+    root = graded[0]
+    for path in sorted(RELEASE.glob("*.ipynb")):
+        solved = nbformat.read(root / "autograded" / "complete_everywhere" / "ch12" / path.name, as_version=4)
+        errors = [(cell.metadata.get("nbgrader", {}).get("grade_id", ""), output.get("evalue", ""))
+                  for cell in solved.cells if cell.cell_type == "code"
+                  for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+        assert errors == [], f"{path.name}: cells of a complete submission show errors at grading: {errors}"
+
+
 @pytest.mark.parametrize("student", ["everywhere_reference", "hooks_on_the_harness", "hooks_on_the_interpreter", "traps", "forger", "spy", "liar", "lying_worker", "vandal_files",
                                      "vandal_resources", *(f"reference_{k}" for k in REFERENCE_WAYS),
                                      *(f"odd_{k}" for k in BOUND_ODDLY)])

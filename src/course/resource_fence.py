@@ -1,4 +1,4 @@
-"""05: the `sending` window, with and without fencing at the resource, counted from the supplier's ledger.
+"""06: the `sending` window, with and without fencing at the resource, counted from the supplier's ledger.
 
     from course.resource_fence import watch_window
     print(watch_window(admit_generation, trials=2).summary())   # a rule of yours, or "reference"

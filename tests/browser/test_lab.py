@@ -428,6 +428,9 @@ def dialog_lines_cut_off(page) -> list[str]:
 # 05 runs in full, solution included, in the capstone test below (a stub, an unsaved change, a wrong worker, the right one).
 LAB_NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb"]
 DRAWING = {"01_claims.ipynb", "03_leases.ipynb", "04_recovery.ipynb"}
+# Validate in Lab on one solved notebook: the button's path. That every visible test of every notebook
+# passes with the solutions is the papermill run's to show (tests/test_course_notebooks.py).
+VALIDATED = "02_fencing.ipynb"
 
 
 @pytest.mark.parametrize("name", LAB_NOTEBOOKS)
@@ -437,12 +440,13 @@ def test_solutions_run_in_lab(name, lab, page, output_path):
     scroll_notebook_to_top(page)
     screenshot(page, output_path, "solutions-run-all.png")
     figures = screenshot_figures(page, output_path)
-    kind, text = validate_in_lab(page)
-    screenshot(page, output_path, "solutions-validate.png")
-    close_dialog(page)
+    if name == VALIDATED:
+        kind, text = validate_in_lab(page)
+        screenshot(page, output_path, "solutions-validate.png")
+        close_dialog(page)
+        assert kind == "validation-success", f"the instructor source does not validate:\n{text}"
 
     assert not (problems := problems_in_solution_run(run.notebook)), "\n".join(problems)
-    assert kind == "validation-success", f"the instructor source does not validate:\n{text}"
     assert bool(figures) == (name in DRAWING), f"figures drawn: {len(figures)}"
     assert not (wide := figures_not_fitting(page)), f"figures wider than their output area: {wide}"
     if name == "03_leases.ipynb":  # the lost lease: "follow generation 1 along the timeline" must be possible
