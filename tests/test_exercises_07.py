@@ -4,7 +4,9 @@ Exercise 4 (two sessions, one account) keeps its points written differently and 
 its race is not raced, its turns are not finished or a refusal is decided without asking the
 account; the forced approvals it relies on really overlap. The four answers and the vocabulary keep
 full marks however the dict is built, and a single green light (or a confused pair of terms) loses
-the points without the key being shown. Section 1's situation is staged as its text tells it.
+the points without the key being shown. Section 1's situation is staged as its text tells it, and so
+is its second round's, where the first table's letters carried over, or a running process taken for
+progress, lose the points.
 Verdicts come from the real checker with the hidden tests (tests/checked_answers.py).
 """
 
@@ -208,3 +210,69 @@ def test_a_vocabulary_that_confuses_the_pairs_loses_points(swaps, kept):
 
 def test_the_prediction_is_a_literal_printed_beside_what_happened():
     assert checked_answers.predictions(NOTEBOOK) == ["predicted_restart"]
+
+
+# --- section 1, second round: another situation, the same four questions ---------------------------
+
+SECOND_KEY = dict(health="D", progress="F", cancellation="H", external="B")
+SECOND_SUBMISSIONS = {
+    "solution": {},
+    "zipped": {"second_answers": 'second_answers = dict(zip(["health", "progress", "cancellation", "external"], "DFHB"))'},
+    "first_table_again": {"second_answers": f"second_answers = {dict(health='A', progress='C', cancellation='E', external='G')!r}"},
+    "live_process_is_progress": {"second_answers": f"second_answers = {SECOND_KEY | {'progress': 'A'}!r}"},
+}
+
+
+@pytest.fixture(scope="module")
+def second_verdicts() -> dict:
+    """test_second_answers' verdict for each of SECOND_SUBMISSIONS, graded together as a class is."""
+    found = checked_answers.verdicts_at_once(NOTEBOOK, SECOND_SUBMISSIONS, only={"test_second_answers"})
+    return {label: dict(v["test_second_answers"], message=" ".join(str(v["test_second_answers"].get("message", "")).split()))
+            for label, v in found.items()}
+
+
+def test_the_second_answers_are_worth_two_points():
+    import json
+
+    cells = json.loads((checked_answers.RELEASE / NOTEBOOK).read_text())["cells"]
+    (test,) = [c for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_second_answers"]
+    assert test["metadata"]["nbgrader"]["points"] == 2 and test["metadata"]["nbgrader"]["grade"]
+
+
+@pytest.mark.parametrize("label", ["solution", "zipped"])
+def test_the_second_answers_keep_full_marks_however_written(second_verdicts, label):
+    assert second_verdicts[label]["passed"], second_verdicts[label]
+
+
+@pytest.mark.parametrize("label, question", [
+    ("first_table_again", "health"),          # the first situation's letters carried over: wrong for every question
+    ("live_process_is_progress", "progress"),  # a running process taken for progress
+])
+def test_a_carried_over_or_green_light_answer_loses_the_points(second_verdicts, label, question):
+    verdict = second_verdicts[label]
+    said = verdict["message"]  # hidden: which question is wrong and what the report showed, never the key
+    assert not verdict["passed"] and f"your letter for {question} is not the one" in said, verdict
+    assert "GRADING ERROR" not in said and not any(f"({k})" in said or f"'{k}'" in said or f'"{k}"' in said
+                                                   for k in SECOND_KEY.values()), said
+
+
+def test_the_second_situation_stages_what_its_text_says():
+    """The next morning as told: vanilla CONFIRMED by a lookup (no second order), chocolate's live
+    process holding an expired lease with nothing written, strawberry cancelled with its order UNKNOWN."""
+    from conftest import assert_nothing_left
+
+    course = _course_namespace("second_situation")
+    db = course["fresh_shop"]()
+    with course["start_supplier"](db.path.parent / "supplier.sqlite", drop_first_response=True) as supplier:
+        ids = course["second_situation"](db, supplier)
+        report = course["status_report"](db, supplier=supplier.client())
+        assert [r["method"] for r in supplier.requests() if r["operation"]] == ["POST", "GET"]
+        assert len(supplier.orders()) == 1
+    (held,) = report["health"]["processes"]
+    assert (held["work"], held["running"]) == (ids["chocolate"], True) and held["lease_seconds_left"] < 0
+    assert any("is running, but its lease ran out" in item for item in report["health"]["attention"])
+    assert report["progress"]["live_holders"] == [] and report["progress"]["attention"]  # the expired holder
+    assert [u["work"] for u in report["cancellation"]["uncertain"]] == [ids["strawberry"]]
+    assert report["external"]["money"]["reserved_pence"] == 825 and report["external"]["money"]["spent_pence"] == 1500
+    assert course["claim"](db, "another-worker", identifier=ids["chocolate"]) is not None  # the expired lease is free
+    assert_nothing_left(db.path.parent)

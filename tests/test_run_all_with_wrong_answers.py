@@ -181,9 +181,11 @@ RUN_ALL = {
                          {"test_admit_generation": ("admit_generation", "an equal generation is the same holder"),
                           "test_money_conserved": ("money_conserved", "graded")}),
     "07_review.ipynb": ({"four_answers": filled("07_review.ipynb", "four_answers", dict(zip(KEY_4, "BDFH"))),
+                         "second_answers": filled("07_review.ipynb", "second_answers", dict(zip(KEY_4, "ACEG"))),
                          "exercise_sessions_vs_spending": ONE_AFTER_THE_OTHER,
                          "vocabulary": filled("07_review.ipynb", "vocabulary", {**WORDS, "fence": "a"})},
                         {"test_four_answers": ("four_answers", "graded"),
+                         "test_second_answers": ("second_answers", "graded"),  # the first morning's letters
                          "test_exercise_sessions_vs_spending": ("race_two_sessions", "one after the other"),
                          "test_vocabulary_format": ("vocabulary", "capital")}),
 }

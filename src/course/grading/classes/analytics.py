@@ -48,6 +48,7 @@ MISCONCEPTIONS = {
     "04_recovery/test_recovery_action": "found means may send",
     "07_review/test_exercise_sessions_vs_spending": "a per-session lock protects spending",
     "07_review/test_four_answers": "a live holder is progress",
+    "07_review/test_second_answers": "a live holder is progress",
 }
 # The graded checks of ch12 that point to none of them: a failure there is a mistake of its own
 # (a format, a validation, an experiment's bookkeeping), or several at once (05's crash matrix: a
