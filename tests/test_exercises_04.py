@@ -413,7 +413,7 @@ def test_each_prediction_is_a_literal_that_earns_nothing_and_is_printed_beside_w
 
     monkeypatch.chdir(tmp_path)  # where the prediction is kept (.predictions.jsonl)
     assert checked_answers.predictions(NOTEBOOK) == ["predicted_stale", "predicted_crash", "predicted_delivery",
-                                                     "predicted_money"]  # delivery: tests/test_delayed_delivery_04.py
+                                                     "predicted_money"]  # delivery: tests/test_observations_alone.py
     code = [c for c in json.loads(SOLUTION.read_text())["cells"] if c["cell_type"] == "code"]
     course = _course_namespace()
     course["predicted_stale"] = {"observe": "refused", "finish": "accepted", "execute": "refused"}
