@@ -106,7 +106,7 @@ def course_namespace(name: str, *grade_ids: str) -> dict:
 def predictions(name: str) -> list[str]:
     """The names of `name`'s prediction cells, in order, once each is checked to be a literal that
     earns nothing and that the experiment right after it waits for (its first statement binds it)
-    and prints beside what happened (course.predictions.compared)."""
+    and prints beside what happened (course.lessons.predictions.compared)."""
     import ast
 
     code = [c for c in json.loads((SOLUTIONS / name).read_text())["cells"] if c["cell_type"] == "code"]

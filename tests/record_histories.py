@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from course.checkpoint import history, recorded  # noqa: E402
 from course.checkpoint.cases import prepare, run_prepared  # noqa: E402
 from course.checkpoint.run import setting_for  # noqa: E402
-from course.learner import load_implementation  # noqa: E402
+from course.lab.learner import load_implementation  # noqa: E402
 from test_capstone_workers import WRONG, answers, mutated, write_worker  # noqa: E402
 
 # A worker that gives an unanswered order up: it marks the order REJECTED (money that no longer

@@ -1,4 +1,4 @@
-"""`course check-authoring` (course.authoring): clean on the course's solutions, and on a scratch copy
+"""`course check-authoring` (course.authoring.check): clean on the course's solutions, and on a scratch copy
 of them each authoring mistake planted alone is named, with its notebook and cell.
 
 The mistakes are those an nbgrader author makes when a test passes in a kernel and fails under the
@@ -17,7 +17,7 @@ import nbformat
 import pytest
 from click.testing import CliRunner
 
-from course import authoring
+from course.authoring import check as authoring
 from course.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def lease_left_answer(cells):
     answer = code("lease_left", "def lease_left(db, claim, now):\n    ### BEGIN SOLUTION\n"
                   "    return max(0.0, lease_expiry(db.connection, claim.id) - now)\n    ### END SOLUTION\n",
                   solution=True, tags=["raises-exception"])
-    test = code("test_lease_left", "from course.checks import passed, require_written\n"
+    test = code("test_lease_left", "from course.lessons.checks import passed, require_written\n"
                 'require_written(globals(), "lease_left")\n'
                 'db = fresh_shop()\nenqueue(db, "phone:1", "lucy", "Restock vanilla")\n'
                 'held = reference.claim(db, "worker", now=1000.0, ttl=30)\n'
@@ -160,7 +160,7 @@ MISTAKES = {  # mistake: (notebook, its change, the finding's notebook and cell,
     "answer name is a loop variable": ("03_leases", lease_left_answer, "03_leases.ipynb observe_order_may_leave",
                                        ["binds `lease_left`", "answer of cell `lease_left`"]),
     "stale guide": ("03_leases", written_answer_changed, "instructor-guide.md written-answers",
-                    ["python -m course.guide"]),
+                    ["python -m course.authoring.guide"]),
 }
 
 

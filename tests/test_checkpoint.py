@@ -448,7 +448,7 @@ def test_an_unsaved_change_run_in_the_kernel_stops_the_checkpoint(tmp_path):
     fencing = folder / "02_fencing.ipynb"
     saved = {cell["metadata"].get("nbgrader", {}).get("grade_id"): "".join(cell["source"])
              for cell in json.loads(fencing.read_text())["cells"]}
-    watch = "from course.kernel_runs import watch\nwatch()"
+    watch = "from course.lab.kernel_runs import watch\nwatch()"
     # The learner runs the saved cell, then breaks assert_current and runs it without saving.
     run_in_lab_kernel(fencing, [watch, SETUP_SOURCE["02_fencing.ipynb"], saved["assert_current"], OWNER_ONLY])
 
@@ -474,13 +474,13 @@ SETUP_SOURCE = {name: textwrap.dedent(source).strip() for name, source in SETUP.
 
 
 def case_versions(folder: Path) -> list:
-    from course.learner import load_implementation
+    from course.lab.learner import load_implementation
 
     return load_implementation(folder).versions
 
 
 def test_a_stub_reached_through_another_graded_function_is_the_one_named():
-    from course.learner import _innermost_stub
+    from course.lab.learner import _innermost_stub
 
     namespace: dict = {}
     exec(compile("def assert_current(connection, work, now=None):\n    raise NotImplementedError()\n",
@@ -500,7 +500,7 @@ def test_modules_planted_beside_the_notebooks_do_not_stand_in_for_the_course(tmp
     """The checkpoint's worker and supplier, and the killed holder of 04_recovery, start in the
     learner's folder (at grading, a folder learner code can write). A `course.py` or
     `sovereign_agent.py` there (an honest scratch file, or planted) must not replace ours."""
-    from course.checks import fresh_shop, killed_holder
+    from course.lessons.checks import fresh_shop, killed_holder
 
     folder = write_learner(tmp_path / "planted", RIGHT)
     for name in ("course", "reference_organizations", "sovereign_agent"):

@@ -24,11 +24,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course.checks import PASSED, STRICT
+from course.lessons.checks import PASSED, STRICT
 from course.grading.classes.autograde import autograde
 from course.grading.judge.checks import hide_region
 from course.grading.nbgrader import commands
-from course.workspace import LEARNER_CONFIG
+from course.lab.workspace import LEARNER_CONFIG
 from course.grading.nbgrader.preprocessors import NOT_RUN, OBSERVATION_NOT_RERUN, decided_outside, learners_code, observation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def test_the_course_has_its_seven_notebooks():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path, monkeypatch):
-    """Every fact an observation states (course.checks.unexpected) must hold with the solutions."""
+    """Every fact an observation states (course.lessons.checks.unexpected) must hold with the solutions."""
     import papermill
 
     monkeypatch.setenv(STRICT, "strict")  # the kernel inherits it
@@ -87,7 +87,7 @@ def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path, monkeypatch)
 
 
 def test_nbgrader_validate_passes_on_the_capstone(tmp_path):
-    """The learner's Validate button, with the learner's nbgrader settings (course.workspace), on the notebook
+    """The learner's Validate button, with the learner's nbgrader settings (course.lab.workspace), on the notebook
     whose cells wait longest for output (05's crash trials). That every visible test of every notebook passes
     with the solutions is the papermill run's to show, above: Validate runs the same cells again."""
     folder = tmp_path / "ch12"

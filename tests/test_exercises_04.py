@@ -4,7 +4,7 @@ Every graded answer gets at least two correct answers written differently from t
 must keep every point, and plausible wrong answers (including the weaker solutions the notebook once
 had) that lose points in the cell that names the mistake. Verdicts come from the real checker with
 the hidden tests (tests/checked_answers.py). Exercise 2 is built by the learner: a worker pass held at
-a named point (course.holds), cancelled while held, released, then recovered; it is judged from the
+a named point (course.lessons.holds), cancelled while held, released, then recovered; it is judged from the
 records it leaves (the shop's rows and events, the supplier's ledger). The course's own experiments
 that the exercises rely on are checked directly: the hold is forced without sleeping. 04 grades no
 function the chapter lists, so it has no `beyond-chapter` cell (the chapter's listing 7, its NoNewReasoning probe, runs against 04's own). Issue 24: each stale write
@@ -145,7 +145,7 @@ def test_the_stale_holder_of_section_2_differs_from_its_replacement_only_by_gene
 
 
 def test_order_to_continue_in_the_solution_follows_the_runtime():
-    from course.checks import ORDER_STATES, order_in_state
+    from course.lessons.checks import ORDER_STATES, order_in_state
     from sovereign_agent.assistant_orders import order_to_continue as runtime
 
     course = _course_namespace("order_to_continue")

@@ -506,7 +506,7 @@ def test_a_check_whose_experiment_failed_after_its_retries_is_reported_for_regra
     same words raised by the learner's code count for nothing, and the report reads the findings
     stored in the cells, not what their outputs say."""
     from course.checkpoint.evidence import CaseEvidence
-    from course.checks import expect
+    from course.lessons.checks import expect
     from course.grading import findings, wire
     from course.grading.classes.autograde import StudentResult
     from course.grading.classes.report import findings as counted, reason

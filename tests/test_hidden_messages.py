@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from course.checks import expect, shown
+from course.lessons.checks import expect, shown
 from course.grading.judge import messages
 
 CHECK = '''seen = {"orders": orders, "money": money, "right": right, "wrong": wrong}

@@ -1,4 +1,4 @@
-"""course.holds: a worker pass held at a named point, the hook run there once, in the same thread."""
+"""course.lessons.holds: a worker pass held at a named point, the hook run there once, in the same thread."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from course.checks import ScriptedSupplier, fresh_shop, order_in_state
-from course.holds import POINTS, Hold, held_completion
+from course.lessons.checks import ScriptedSupplier, fresh_shop, order_in_state
+from course.lessons.holds import POINTS, Hold, held_completion
 from reference_organizations.store.agent import OfflineShopModel
 from reference_organizations.store.assistant import run_once
 from sovereign_agent.assistant_work import cancel, enqueue

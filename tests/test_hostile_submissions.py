@@ -200,7 +200,7 @@ def claim(db, owner, **options):
 # The harness's own helpers patched in the learner process: the forced race made sequential and
 # its statement tracer silenced (a racy claim would then pass the race), `expect` made silent.
 HOOKS_ON_THE_HARNESS = '''
-import course.checks as checks
+import course.lessons.checks as checks
 import sovereign_agent.database as database
 
 checks.expect = lambda condition, message: None
@@ -295,8 +295,8 @@ def claim(db, owner, **options):
 
 SPY = '''
 import base64, gc, os, sys, zlib
-import course.checks
-checks_file = course.checks.__file__
+import course.lessons.checks
+checks_file = course.lessons.checks.__file__
 
 def _dump():
     texts = [repr(sorted(globals())), repr(sorted(sys.modules))]

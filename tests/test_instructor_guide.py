@@ -4,8 +4,8 @@ import pytest
 
 from course.checkpoint.evidence import CaseEvidence
 from course.checkpoint.evidence_table import rows
-from course.written_answers import written_answers
-from course.guide import rendered, section
+from course.authoring.written_answers import written_answers
+from course.authoring.guide import rendered, section
 
 
 def test_every_written_question_has_a_model_answer_and_rubric():
@@ -19,7 +19,7 @@ def test_every_written_question_has_a_model_answer_and_rubric():
 @pytest.mark.parametrize("name", sorted(rendered()))
 def test_guide_matches_the_course(name):
     assert section(name) == rendered()[name](), (
-        f"docs/instructor-guide.md's part {name!r} is out of date: run `.venv/bin/python -m course.guide` "
+        f"docs/instructor-guide.md's part {name!r} is out of date: run `.venv/bin/python -m course.authoring.guide` "
         "and commit the guide"
     )
 

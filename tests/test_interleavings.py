@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import marked_pids
-from course.interleavings import PROGRAMS, Step, explore_schedules, schedule_count, schedules
-from course.schedule_view import draw_schedule, functions, show_schedules
-from course.wrong_fences import generation_blind, owner_only, reference_with_fence
+from course.lessons.interleavings import PROGRAMS, Step, explore_schedules, schedule_count, schedules
+from course.lessons.schedule_view import draw_schedule, functions, show_schedules
+from course.lessons.wrong_fences import generation_blind, owner_only, reference_with_fence
 from sovereign_agent.ownership import REFERENCE
 from test_checkpoint import ALL_BUT_GENERATION, OWNER_ONLY, RIGHT, write_learner
 

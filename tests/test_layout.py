@@ -72,7 +72,7 @@ def test_the_readme_layout_map_matches_the_tree():
         for name in names:
             assert (root / folder / name).exists(), f"the README names {folder}/{name}, which does not exist"
     for package in ("src/sovereign_agent", "src/reference_organizations", "src/reference_organizations/store",
-                    "src/course"):
+                    "src/course", "src/course/lessons", "src/course/lab", "src/course/authoring"):
         if package not in mapped:
             continue
         present = {p.name for p in (root / package).iterdir()

@@ -84,7 +84,7 @@ def test_a_helper_bound_by_a_statement_in_another_cell_is_there_as_in_the_kernel
 
 
 def test_the_status_sections_killed_holder_is_really_killed_and_leaves_nothing_behind():
-    from course.checks import fresh_shop, killed_holder
+    from course.lessons.checks import fresh_shop, killed_holder
     from sovereign_agent.assistant_work import enqueue
     from sovereign_agent.status import status_report
 

@@ -29,7 +29,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course.checks import STRICT, CheckFailed, WIDTH, expect
+from course.lessons.checks import STRICT, CheckFailed, WIDTH, expect
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASE = ROOT / "notebooks" / "ch12"
@@ -92,7 +92,7 @@ def test_an_observation_blames_the_learner_only_for_code_the_learner_wrote():
     """`observation("f")` says "It runs your `f`" when its experiment stops: f must be an answer of this
     notebook (or, in 05 and 06, of the notebooks whose saved answers their workers run); a cell that runs
     only the course's code says `course=True`, and then calls none of this notebook's answers."""
-    from course.graded_cells import NOTEBOOK_OF
+    from course.lab.graded_cells import NOTEBOOK_OF
 
     for path in sorted(SOLUTIONS.glob("*.ipynb")):
         notebook = nbformat.read(path, as_version=4)
@@ -120,7 +120,7 @@ def answer_names(source: str) -> set[str]:
 
 
 def test_graded_test_cells_hold_no_harness():
-    """The forced race and the check-and-write takeover live in course.checks: the test cells
+    """The forced race and the check-and-write takeover live in course.lessons.checks: the test cells
     Validate shows first are short."""
     lengths = {meta(c)["grade_id"]: len(c.source.splitlines())
                for name in ("01_claims.ipynb", "02_fencing.ipynb") for c in graded_tests(nbformat.read(RELEASE / name, as_version=4))}

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course.checks import STRICT, PredictionUnset
+from course.lessons.checks import STRICT, PredictionUnset
 from test_lost_lease_03 import SOLUTIONS, grade_id
 
 pytestmark = pytest.mark.slow

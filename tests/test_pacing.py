@@ -1,4 +1,4 @@
-"""Each notebook's time is estimated from what it asks (course.pacing), and said the same way in
+"""Each notebook's time is estimated from what it asks (course.authoring.pacing), and said the same way in
 the notebook's heading, the README's table and the guide's session plan."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course.pacing import RELEASE, Pace, estimate
+from course.authoring.pacing import RELEASE, Pace, estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(RELEASE.glob("*.ipynb"))
@@ -18,7 +18,7 @@ NOTEBOOKS = sorted(RELEASE.glob("*.ipynb"))
 def test_the_heading_and_the_readme_quote_the_estimate(path):
     pace = estimate(path)
     first = "".join(json.loads(path.read_text())["cells"][0]["source"])
-    assert pace.heading() in first, f"{path.name}'s first cell should say \"{pace.heading()}\" (course.pacing)"
+    assert pace.heading() in first, f"{path.name}'s first cell should say \"{pace.heading()}\" (course.authoring.pacing)"
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(f"| `{path.name}`"))
     assert row.rstrip().endswith(f"| ~{pace.minutes} min |"), f"the README's row for {path.name} should end ~{pace.minutes} min"
 

@@ -1,4 +1,4 @@
-"""Predictions bind (course.predictions): no experiment before a prediction, the prediction kept
+"""Predictions bind (course.lessons.predictions): no experiment before a prediction, the prediction kept
 beside what happened, and 07's calibration read from what was kept."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from course import predictions
-from course.checks import STRICT
+from course.lessons import predictions
+from course.lessons.checks import STRICT
 
 
 def test_an_unset_prediction_stops_the_experiment_with_one_line(monkeypatch):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from course.renewal import TTL, stuck_worker
+from course.lessons.renewal import TTL, stuck_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -120,7 +120,7 @@ def test_a_rule_gets_the_ledger_in_autocommit_mode_with_rows_by_name(tmp_path):
 
 
 def test_the_sending_window_is_open_without_the_fence_and_closed_with_it():
-    from course.resource_fence import run_window
+    from course.lessons.resource_fence import run_window
 
     before, after = run_window(None), run_window("reference")
     for trial in (before, after):

@@ -19,7 +19,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from course.checks import PASSED, WIDTH
+from course.lessons.checks import PASSED, WIDTH
 from test_capstone_workers import mutated
 from test_checkpoint import APPROVED_ONLY
 from test_exercises_01 import CHAPTER

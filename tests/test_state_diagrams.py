@@ -1,6 +1,6 @@
 """01_claims draws the work and order state diagrams from the runtime, and the drawing agrees with it.
 
-The edges come from `course.state_diagrams.derive`, which drives the runtime's own functions on
+The edges come from `course.lessons.state_diagrams.derive`, which drives the runtime's own functions on
 scratch databases and logs every status change with triggers. These tests run the diagram cell
 of 01 as written, read the drawn arrows back from its figures, and compare them with a fresh
 exploration of the runtime: an edge drawn that the runtime never takes, or one it takes that is
@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import nbformat  # noqa: E402
 import pytest  # noqa: E402
 
-from course import state_diagrams  # noqa: E402
-from course.state_diagrams import START, declared_states, derive, disagreements, draw, drawn_edges  # noqa: E402
+from course.lessons import state_diagrams  # noqa: E402
+from course.lessons.state_diagrams import START, declared_states, derive, disagreements, draw, drawn_edges  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "state_diagrams"
@@ -53,7 +53,7 @@ def test_every_status_the_schema_declares_is_reached_and_left_as_the_runtime_doe
     for machine in ("work", "orders"):
         reached = {after for _, after in runtime[machine]}
         assert reached == set(declared_states(machine)), f"{machine}: no action of the explorer reaches " \
-            f"{set(declared_states(machine)) - reached}; teach course.state_diagrams the function that does"
+            f"{set(declared_states(machine)) - reached}; teach course.lessons.state_diagrams the function that does"
         assert {before for before, _ in runtime[machine]} - {START} <= reached
     # Facts the notebooks teach, which the exploration must find on its own.
     assert ("RUNNING", "RUNNING") in runtime["work"]  # a replacement claims an expired lease

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course import checks
+from course.lessons import checks
 from course.grading import wire
 from sovereign_agent.assistant_work import Claim
 

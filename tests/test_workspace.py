@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from browser.conftest import LabServer, copy_course
-from course.cleanup import cleanup
-from course.workspace import working_copy
+from course.lab.cleanup import cleanup
+from course.lab.workspace import working_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASE = sorted(path.name for path in (ROOT / "notebooks" / "ch12").glob("*.ipynb"))

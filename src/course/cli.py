@@ -141,7 +141,7 @@ def release(root: Path, no_verify: bool) -> None:
               help="The instructor guide whose generated parts to compare (default: docs/instructor-guide.md).")
 def check_authoring(solutions: Path, guide: Path | None) -> None:
     """Before grading: what in the solutions would break under the judge (one finding a line, exit 1)."""
-    from course import authoring
+    from course.authoring import check as authoring
 
     try:
         found = authoring.check(solutions, guide)
@@ -231,7 +231,7 @@ def lab(root: Path, jupyter_args: tuple[str, ...]) -> None:
     """JupyterLab on your own working copy (my-work/ch12), created on first use."""
     import os
 
-    from course.workspace import jupyter_lab, working_copy
+    from course.lab.workspace import jupyter_lab, working_copy
 
     folder, copied = working_copy(root)
     click.echo(f"Your work lives in {folder}" + (f" (copied now: {', '.join(copied)})" if copied else ""))
@@ -248,7 +248,7 @@ def formgrader(root: Path, jupyter_args: tuple[str, ...]) -> None:
     """JupyterLab for instructors, rooted at the course folder, opening nbgrader's formgrader."""
     import os
 
-    from course.workspace import jupyter_lab
+    from course.lab.workspace import jupyter_lab
 
     command, env = jupyter_lab(root, instructor=True, extra=list(jupyter_args))
     os.execve(command[0], command, env)
@@ -259,7 +259,7 @@ def formgrader(root: Path, jupyter_args: tuple[str, ...]) -> None:
               show_default=True, help="The course folder whose processes to end.")
 def cleanup(root: Path) -> None:
     """End checkpoint workers and suppliers started from this course folder (nobody else's)."""
-    from course.cleanup import cleanup as end_processes
+    from course.lab.cleanup import cleanup as end_processes
 
     ended = end_processes(root)
     for process in ended:

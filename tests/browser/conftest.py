@@ -9,7 +9,7 @@
   If it is missing the browser tests are skipped, except when the ``CI`` environment variable is
   set: then they fail.
 * ``LabServer(base, course=..., instructor=...)``: a server like ``lab``, but started with the
-  course's own command (``course.workspace.jupyter_lab``, what ``make lab`` and
+  course's own command (``course.lab.workspace.jupyter_lab``, what ``make lab`` and
   ``make formgrader`` run) on a copy of the course.
 
 Why each setting is here: the team's toolchain notes, "JupyterLab in a real browser" (a fresh
@@ -37,7 +37,7 @@ from pathlib import Path
 import psutil  # a dependency of ipykernel, so always present next to JupyterLab
 import pytest
 
-from course.checks import STRICT
+from course.lessons.checks import STRICT
 from reference_organizations.children import spawn
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -193,7 +193,7 @@ class LabServer:
             env = {**os.environ, STRICT: "strict"}
             cwd = self.root_dir
         else:
-            from course.workspace import jupyter_lab
+            from course.lab.workspace import jupyter_lab
 
             command, env = jupyter_lab(self.course, instructor=self.instructor)
             command = [arg for arg in command if arg != "--allow-root"]  # added below
@@ -322,7 +322,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
 def learner_lab(tmp_path_factory: pytest.TempPathFactory):
     """The learner's JupyterLab as `make lab` starts it, on a copy of the course: rooted at the
     working copy (my-work/ch12), with the learner settings (Validate, no instructor tools)."""
-    from course.workspace import working_copy
+    from course.lab.workspace import working_copy
 
     base = tmp_path_factory.mktemp("learner-lab")
     course = copy_course(base / "course", "notebooks", "jupyter")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from course.workspace import jupyter_lab
+from course.lab.workspace import jupyter_lab
 
 from .conftest import REPO_ROOT, LabServer, copy_course
 from .test_lab import screenshot

@@ -696,7 +696,7 @@ def test_the_capstone_in_lab_a_stub_an_unsaved_change_a_wrong_worker_then_the_ri
     import sys
 
     sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from course import kernel_runs
+    from course.lab import kernel_runs
     from test_capstone_workers import answers, mutated
 
     lab, name = learner_lab, "05_checkpoint.ipynb"

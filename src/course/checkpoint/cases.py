@@ -47,7 +47,7 @@ from course.checkpoint import stale
 from course.checkpoint.evidence import CaseEvidence, claim_fields, count_shop, count_supplier, exit_signal, work_state
 from course.checkpoint.processes import START_TIMEOUT, WorkerFailed, WorkerProcess
 from course.checkpoint.scenario import OPERATOR, PROMPT, SUBJECT
-from course.learner import NotImplementedYet
+from course.lab.learner import NotImplementedYet
 from reference_organizations.store.agent import seed_lucy
 from reference_organizations.store.supplier import SupplierProcess, start_supplier
 from sovereign_agent.assistant_orders import SpendingPolicy

@@ -90,7 +90,7 @@ class Explorer:
             return "reference"
         import __main__
 
-        from course.checks import is_stub
+        from course.lessons.checks import is_stub
 
         rule = getattr(__main__, "admit_generation", None)
         if rule is None or is_stub(rule):

@@ -29,7 +29,7 @@ from course.checkpoint.crashpoints import POINTS
 from course.checkpoint.invariants import experiment_failed, judge_trial
 from course.checkpoint.run import TRIES, Checkpoint, Elsewhere, setting_for
 from course.checkpoint.trial import NEMESES, TrialEvidence, TrialSpec, run_trial
-from course.learner import LearnerCodeError, NotImplementedYet, describe, load_implementation, refuse_while_loading
+from course.lab.learner import LearnerCodeError, NotImplementedYet, describe, load_implementation, refuse_while_loading
 
 PARALLEL = 8
 MAX_JITTER = 0.1  # seconds; well below the old worker's supplier timeout, so the crash still lands

@@ -24,7 +24,7 @@ from typing import Any
 
 from course.checkpoint import history
 from course.checkpoint.matrix import run_matrix, soak_specs
-from course.checks import expect
+from course.lessons.checks import expect
 
 FOLDER = Path(__file__).with_name("histories")
 

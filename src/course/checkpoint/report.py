@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from course.checkpoint.evidence import CaseEvidence
-from course.graded_cells import NOTEBOOK_OF
+from course.lab.graded_cells import NOTEBOOK_OF
 
 
 def case_line(case: CaseEvidence) -> str:
@@ -191,7 +191,7 @@ def could_not_run(case: CaseEvidence) -> str:
 
 def prediction_lines(checkpoint, predicted: Mapping[str, Any]) -> list[str]:  # a Checkpoint
     """'killed  supplier orders at the end: you predicted 1; its ledger holds 1 (as predicted)', one per case."""
-    from course.checks import WIDTH
+    from course.lessons.checks import WIDTH
 
     lines = []
     for case in checkpoint:
@@ -214,7 +214,7 @@ def show_checkpoint(checkpoint, predicted: Mapping[str, Any] | None = None) -> N
     predictions beside what happened, the summary, the table and the timeline of the cases that ran."""
     from IPython.display import Markdown, display
 
-    from course.checks import wrap
+    from course.lessons.checks import wrap
 
     message = not_ready(checkpoint)
     if message is not None:
@@ -235,7 +235,7 @@ def show_matrix(result) -> None:  # a MatrixResult
     """What a crash-matrix cell shows: the one message when it could not run the learner's code, else
     the grid, the figures and the first failing trials' sentences."""
     from course.checkpoint.matrix import figures, table
-    from course.checks import wrap
+    from course.lessons.checks import wrap
 
     message = not_ready(result)
     if message is not None:

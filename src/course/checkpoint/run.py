@@ -26,7 +26,7 @@ from typing import Any
 from course.checkpoint.cases import ALL, TITLES, Prepared, Setting, prepare, run_prepared
 from course.checkpoint.evidence import CaseEvidence, lease_union
 from course.checkpoint.verdict import experiment_failed, judge
-from course.learner import REFERENCE_NAME, LearnerCodeError, describe, load_implementation, refuse_while_loading
+from course.lab.learner import REFERENCE_NAME, LearnerCodeError, describe, load_implementation, refuse_while_loading
 from sovereign_agent.ownership import Ownership
 
 # A case whose experiment itself went wrong runs again, up to this many runs in all: what the

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 def attempt(boundary: str, action: Callable[[], Any]) -> dict[str, Any]:
     """Try one controlled write and say how it ended: refused, accepted, or why neither."""
-    from course.learner import NotImplementedYet
+    from course.lab.learner import NotImplementedYet
     from sovereign_agent.assistant_orders import OrderRefused
 
     at = time.time()
@@ -48,7 +48,7 @@ def writes(db: Any, ownership: Any, work: Any, order: str, client: Any, policy: 
 
 
 def explain(error: BaseException) -> str:
-    from course.learner import NotImplementedYet
+    from course.lab.learner import NotImplementedYet
 
     if isinstance(error, NotImplementedYet):
         return str(error)

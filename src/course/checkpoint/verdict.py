@@ -14,7 +14,7 @@ from collections.abc import Callable
 from course.checkpoint import blame
 from course.checkpoint.cases import ACCEPTED_THEN_CRASH, ANSWER_LOST, KILLED, LIVE_STALE, PAUSED
 from course.checkpoint.evidence import CaseEvidence
-from course.graded_cells import NOTEBOOK_OF
+from course.lab.graded_cells import NOTEBOOK_OF
 
 BOUNDARIES = {
     "transcript": "transcript observation",

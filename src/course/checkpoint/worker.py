@@ -153,7 +153,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     import reference_organizations.store.assistant  # noqa: F401
     import reference_organizations.store.supplier  # noqa: F401
     import sovereign_agent.assistant_orders  # noqa: F401
-    from course.learner import load_implementation
+    from course.lab.learner import load_implementation
     from sovereign_agent.database import Database
 
     return load_implementation(args.implementation, worker=args.worker), Database(args.database)

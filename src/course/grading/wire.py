@@ -22,7 +22,7 @@ import typing
 from pathlib import Path, PurePath
 from typing import Any, Callable
 
-from course import checks
+from course.lessons import checks
 
 LIMIT = 16 * 1024 * 1024  # bytes in one message; a longer one ends the conversation
 DEPTH = 40  # nesting of one value

@@ -18,7 +18,7 @@ from typing import Any
 
 from course.checkpoint.evidence import CaseEvidence
 from course.checkpoint.verdict import experiment_failed
-from course.checks import CheckFailed, expect
+from course.lessons.checks import CheckFailed, expect
 from course.grading import wire
 from course.grading.findings import GRADER, of_error
 from course.grading.judge import messages

@@ -19,7 +19,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from course import checks
+from course.lessons import checks
 from course.grading import wire
 
 
@@ -100,7 +100,7 @@ class Context:
     def implementation(self) -> Any:
         """The checkpoint's fences: 01, 02 and 04 run as written in a learner process of their own."""
         from course.checkpoint.run import Elsewhere
-        from course.graded_cells import FUNCTIONS
+        from course.lab.graded_cells import FUNCTIONS
         from sovereign_agent.ownership import Ownership
 
         bound = names(self.broker.learner("implementation")[0], {*FUNCTIONS, "Claim"})
@@ -123,7 +123,7 @@ class Context:
         folder) from a learner process, or the runtime's; the learner's pass (`worker` names a folder)
         in every worker process, or the runtime's. Workers always run in learner sandboxes."""
         from course.checkpoint.run import Elsewhere
-        from course.learner import REFERENCE_NAME
+        from course.lab.learner import REFERENCE_NAME
         from sovereign_agent.ownership import REFERENCE
 
         def learners(source: Any) -> bool:
@@ -136,7 +136,7 @@ class Context:
 
 def substitute(namespace: dict[str, Any], context: Context) -> None:
     """Replace, by identity, each course harness the setup cells bound with the judge's version."""
-    from course import fence_checks
+    from course.lessons import fence_checks
     from course.checkpoint import matrix, run
 
     def race_claims(location: Any, claim: Any, *, now: float | None = None, rival: Any = None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import re
 import types
 from typing import Any
 
-from course.checks import CheckFailed, kept_the_stub_line, not_implemented, wrap
+from course.lessons.checks import CheckFailed, kept_the_stub_line, not_implemented, wrap
 from course.grading import wire
 
 FILENAME = "<check>"

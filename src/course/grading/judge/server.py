@@ -28,7 +28,7 @@ PR_SET_DUMPABLE = 4
 REQUEST, KILL = b"R", b"K"
 DESCRIPTORS = 1
 PRELOAD = (  # what the checks' setup cells import, and what the judge itself needs
-    "course.checks", "course.fence_checks", "course.kernel_runs", "course.learner", "course.checkpoint.run", "course.checkpoint.cases", "course.checkpoint.report",
+    "course.lessons.checks", "course.lessons.fence_checks", "course.lab.kernel_runs", "course.lab.learner", "course.checkpoint.run", "course.checkpoint.cases", "course.checkpoint.report",
     "course.grading.judge.check", "course.grading.judge.broker", "sovereign_agent.assistant_work",
     "sovereign_agent.assistant_orders", "sovereign_agent.status", "reference_organizations.store.assistant",
     "reference_organizations.store.supplier.process",  # the package itself loads its parts on first use

@@ -18,8 +18,8 @@ import socket
 import sys
 from typing import Any
 
-from course import learner
-from course.checks import assign, is_stub, looked_up
+from course.lab import learner
+from course.lessons.checks import assign, is_stub, looked_up
 from course.grading import findings, wire
 from course.grading.sandbox import reaper
 

@@ -24,7 +24,7 @@ from course.grading import findings
 from course.grading.judge import checks
 from course.grading.printable import printable
 from course.grading.sandbox.bubblewrap import sandbox_disabled
-from course.learner import MESSAGE_LIMIT, OUTPUT_LIMIT, TRACEBACK_LINES
+from course.lab.learner import MESSAGE_LIMIT, OUTPUT_LIMIT, TRACEBACK_LINES
 
 UNSANDBOXED = "UNSANDBOXED"
 

@@ -1,6 +1,6 @@
 """Every schedule of two holders' steps, run one after another on a real SQLite file.
 
-    from course.interleavings import explore_schedules
+    from course.lessons.interleavings import explore_schedules
     found = explore_schedules(ownership)      # claim, observe, finish: yours or the reference
     found.schedules, found.seconds, found.violating, found.first
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from course.checkpoint.evidence import count_shop
-from course.checks import rebound
+from course.lessons.checks import rebound
 from sovereign_agent.assistant_work import cancel, enqueue
 from sovereign_agent.database import Database, authority_marker
 from sovereign_agent.records import holding

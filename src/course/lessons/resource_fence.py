@@ -1,9 +1,9 @@
 """06: the `sending` window, with and without fencing at the resource, counted from the supplier's ledger.
 
-    from course.resource_fence import watch_window
+    from course.lessons.resource_fence import watch_window
     print(watch_window(admit_generation, trials=2).summary())   # a rule of yours, or "reference"
 
-One trial: a real old holder (`course.stale_sender`) is admitted by the shop's fence and freezes
+One trial: a real old holder (`course.lessons.stale_sender`) is admitted by the shop's fence and freezes
 itself with SIGSTOP just before its order leaves; its 2 s lease really runs out; a replacement
 (the reference runtime, the same owner label, generation 2) looks the order up, sends it with its
 own token and has it confirmed; then the old holder gets SIGCONT and its request leaves with
@@ -85,7 +85,7 @@ def watch_window(rule: str | Callable[..., bool] = "reference", *, trials: int =
 
 def _probe(rule: Callable[..., bool]) -> None:
     """One call of the rule on a fresh, empty ledger: what it raises is raised here, in the caller."""
-    from course.fence_checks import fresh_ledger
+    from course.lessons.fence_checks import fresh_ledger
 
     ledger = fresh_ledger()
     try:
@@ -130,13 +130,13 @@ def _shop(path: Path) -> tuple[Any, str]:
 
 
 def _trial(trial: WindowTrial, db: Any, work_id: str, supplier: Any, folder: Path, lease: float) -> None:
-    from course.stale_sender import OWNER
+    from course.lessons.stale_sender import OWNER
     from sovereign_agent.assistant_orders import execute
     from sovereign_agent.assistant_work import claim, finish
     from sovereign_agent.records import spending_policy
 
     ready = folder / "stopped.json"
-    argv = [sys.executable, "-P", "-m", "course.stale_sender", "--database", folder / "agent.sqlite",
+    argv = [sys.executable, "-P", "-m", "course.lessons.stale_sender", "--database", folder / "agent.sqlite",
             "--endpoint", supplier.endpoint, "--identity", supplier.identity, "--lease", str(lease), "--ready", ready]
     with open(folder / "sender.log", "ab") as log:
         sender = spawn(argv, stdout=subprocess.PIPE, stderr=log)
@@ -203,10 +203,10 @@ def _order_status(db: Any, work_id: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m course.resource_fence --trials 10`: the window without and with the course's fence."""
+    """`python -m course.lessons.resource_fence --trials 10`: the window without and with the course's fence."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m course.resource_fence")
+    parser = argparse.ArgumentParser(prog="python -m course.lessons.resource_fence")
     parser.add_argument("--trials", type=int, default=2, help="trials of each kind (about 3 s each)")
     parser.add_argument("--lease", type=float, default=LEASE_SECONDS)
     args = parser.parse_args(argv)

@@ -2,14 +2,14 @@
 
 A test cell is not graded in the notebook's kernel. The judge runs it (course.grading.judge) in a
 namespace of the `setup` cells plus the learner's names, asked of a learner process that runs only
-the setup cells and the learner's own cells (course.learner.notebook_cells); what it passes to a
+the setup cells and the learner's own cells (course.lab.learner.notebook_cells); what it passes to a
 learner's function crosses a wire that takes plain data, dataclasses, databases and callables
 (course.grading.wire). A check that passes in a kernel can therefore fail at grading, and a
 correct solution lose its points. `check` reads the sources (it runs no cell) and names, per
 notebook and cell, what would break: a name only a cell the judge never runs defines, an argument
 the wire refuses, a test that does not start with `require_written` or does not end by saying it
 passed, an answer name another cell rebinds, and a generated part of the instructor guide that
-`python -m course.guide` would change. Reading sources, it sees what they say, not what they
+`python -m course.authoring.guide` would change. Reading sources, it sees what they say, not what they
 compute: each finder's docstring says what it cannot see (`refused_arguments` above all).
 
 It does not tell whether the committed release (notebooks/) is stale: the one way to know is to
@@ -38,7 +38,7 @@ from typing import Any, Callable
 from course.grading import wire
 from course.grading.judge.check import free_names
 from course.grading.judge.checks import CourseCell, answers, autograded, build_job, course_cells, hide_region
-from course.learner import LearnerCodeError, notebook_cells
+from course.lab.learner import LearnerCodeError, notebook_cells
 
 BUILTINS = frozenset(dir(builtins))
 
@@ -222,7 +222,7 @@ def silent(source: str) -> list[str]:
     if call is not None and dotted(call.func).rpartition(".")[2] in ("passed", "checked_when_graded"):
         return []
     return ["does not end in `passed(\"what it established\")`: a learner whose answer passes sees nothing, and "
-            "cannot tell a pass from a cell that did not run. End it with `passed(...)` (course.checks), or with "
+            "cannot tell a pass from a cell that did not run. End it with `passed(...)` (course.lessons.checks), or with "
             "`checked_when_graded(...)` when the rest waits for grading."]
 
 
@@ -349,9 +349,9 @@ def refused(value: Any) -> bool:
 # --- the guide --------------------------------------------------------------------------------------
 
 def stale_guide(solutions: Path, guide: Path | None = None) -> list[Finding]:
-    """Each generated part of the guide that `python -m course.guide` would change, the written
-    answers rendered from `solutions` (course.guide)."""
-    from course import guide as generated
+    """Each generated part of the guide that `python -m course.authoring.guide` would change, the written
+    answers rendered from `solutions` (course.authoring.guide)."""
+    from course.authoring import guide as generated
 
     guide = Path(guide or generated.GUIDE)
     found = []
@@ -362,6 +362,6 @@ def stale_guide(solutions: Path, guide: Path | None = None) -> list[Finding]:
             current = None
         if current != render():
             said = "is missing" if current is None else "differs from what the course renders now"
-            found.append(Finding(guide.name, name, f"the generated part `{name}` {said}: run `python -m course."
+            found.append(Finding(guide.name, name, f"the generated part `{name}` {said}: run `python -m course.authoring."
                                  "guide` and commit the guide (tests/test_instructor_guide.py fails until then)."))
     return found

@@ -1,6 +1,6 @@
 """An old holder frozen at `sending`: admitted by the shop's fence, stopped before its request leaves.
 
-    python -P -m course.stale_sender --database DB --endpoint URL --identity ID --lease SECONDS --ready FILE
+    python -P -m course.lessons.stale_sender --database DB --endpoint URL --identity ID --lease SECONDS --ready FILE
 
 With the reference runtime it claims the one queued assignment with a short real lease, proposes
 the six vanilla tubs, Lucy approves, and executes the order with a supplier client that carries
@@ -9,7 +9,7 @@ just before the request leaves, it writes FILE (JSON: pid, work, generation, ord
 itself with SIGSTOP. Whoever started it takes over after the lease ran out and sends SIGCONT: the
 request then leaves with the OLD generation. How the send ended (the supplier's receipt, its
 refusal, or the shop's fence refusing the receipt) is printed as one JSON line on stdout, for
-the picture only: `course.resource_fence` judges from the supplier's ledger.
+the picture only: `course.lessons.resource_fence` judges from the supplier's ledger.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m course.stale_sender")
+    parser = argparse.ArgumentParser(prog="python -m course.lessons.stale_sender")
     parser.add_argument("--database", type=Path, required=True)
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--identity", required=True)

@@ -1,6 +1,6 @@
 """A lease renewed by a heartbeat ends only when the process does, not when its work stops.
 
-    from course.renewal import stuck_worker
+    from course.lessons.renewal import stuck_worker
     seen = stuck_worker(renew)     # renew(db, work, ttl): your heartbeat's write, from 06
     seen = stuck_worker(None)      # the chapter's way: a sized lease, never renewed
 

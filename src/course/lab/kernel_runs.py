@@ -80,7 +80,7 @@ def watch(names: set[str] | None = None) -> None:
         return
     notebook = Path(session)
     if names is None:
-        from course.graded_cells import GRADED_CELLS
+        from course.lab.graded_cells import GRADED_CELLS
 
         names = {name for _, name in GRADED_CELLS.get(notebook.name, ())}
     if not names:

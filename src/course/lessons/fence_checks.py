@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from course.checks import CheckFailed, interleave
+from course.lessons.checks import CheckFailed, interleave
 
 Step = tuple[Any, ...]  # (work_id, generation) or (work_id, generation, label): the same label resends that order
 
@@ -115,7 +115,7 @@ def race_admissions(rule: Callable[..., bool], *, work: str = "W-race", pause: f
                     rival: Callable[..., bool] | None = None) -> dict[str, Any]:
     """Generation 1 (A, here) and generation 2 (B, another thread and connection: `rival`, by default
     the same rule; when graded, the rule in a second learner process) of one work item;
-    B is released between A's read of `fence` and A's first write (course.checks.interleave), and
+    B is released between A's read of `fence` and A's first write (course.lessons.checks.interleave), and
     A waits for B at most `pause` s. Returns {"A", "B": admitted (or the error's text), "B first": B
     admitted and returned while A was held between its read and its write (A decided after B,
     whatever the clocks of a loaded machine say), "later 1": a generation-1 request decided after

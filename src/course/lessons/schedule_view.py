@@ -18,9 +18,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from course.interleavings import SAID, Exploration, explore_schedules, schedule_count
-from course.learner import LearnerCodeError, load_implementation
-from course.wrong_fences import generation_blind, owner_only, reference_with_fence
+from course.lessons.interleavings import SAID, Exploration, explore_schedules, schedule_count
+from course.lab.learner import LearnerCodeError, load_implementation
+from course.lessons.wrong_fences import generation_blind, owner_only, reference_with_fence
 from sovereign_agent.ownership import REFERENCE
 
 LANES = {"A": 1, "B": 0}

@@ -3,7 +3,7 @@
 Two parts, loaded apart: the fences (01, 02, 04: what a worker calls to take, check and give up a
 claim) and the worker pass (05: what puts them together). The checkpoint grades the pass with
 the runtime's fences, so a fence's mistake costs points where the fence was built, not twice.
-Read by course.learner (to load them) and course.kernel_runs (to note which version of each a
+Read by course.lab.learner (to load them) and course.lab.kernel_runs (to note which version of each a
 learner's kernel ran).
 """
 

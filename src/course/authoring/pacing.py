@@ -5,7 +5,7 @@ included), the things to build (graded code answers; a larger one declares its m
 `minutes-N` tag), the written answers, the predictions (code
 cells tagged `prediction`) and the experiments to run and read (cells tagged `observation`). Each
 notebook's heading and the README's table quote `estimate` (tests/test_pacing.py), and the guide's
-session plan is rendered from it (course.guide).
+session plan is rendered from it (course.authoring.guide).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def estimate(path: Path) -> Pace:
     )
 
 
-RELEASE = Path(__file__).resolve().parents[2] / "notebooks" / "ch12"
+RELEASE = Path(__file__).resolve().parents[3] / "notebooks" / "ch12"
 
 
 def render(release: Path = RELEASE) -> str:

@@ -4,7 +4,7 @@ that 07 can show which predictions held and which surprised.
 
 A prediction cell binds a name to None; the learner replaces None (or each None of a dict). The
 observation cell below it starts with `bound(...)`, which stops the cell with one line while the
-prediction is unset (course.checks.observation prints it), and ends with `compared(...)`, which
+prediction is unset (course.lessons.checks.observation prints it), and ends with `compared(...)`, which
 takes a prediction in whatever form it was written (`agrees`: 1 and "1", (0, 1500) and [0, 1500]).
 05's run cell covers four predictions with one checkpoint run: it shows each beside its case itself
 (course.checkpoint.report) and keeps them with `checkpoint_kept`, binding none.
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from course.checks import STRICT, PredictionUnset, wrap
+from course.lessons.checks import STRICT, PredictionUnset, wrap
 
 KEPT = Path(".predictions.jsonl")  # beside the notebooks, in the learner's working copy
 

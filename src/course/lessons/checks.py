@@ -222,7 +222,7 @@ _noted: list[str] = []  # what `unexpected` said in the observation running now
 
 
 class PredictionUnset(Exception):
-    """The observation's prediction is still None: the experiment waits for it (course.predictions)."""
+    """The observation's prediction is still None: the experiment waits for it (course.lessons.predictions)."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -236,7 +236,7 @@ class PredictionUnset(Exception):
 def observation(name: str, uncaught: str = "", *, course: bool = False) -> Iterator[None]:
     """Run an observation; whatever the learner's code does, the cell ends in a sentence, never a
     traceback, so Run All goes on to the tests, which say what to fix. Until its prediction is set
-    (course.predictions.bound), say so in a line and run nothing more. If a function it calls is
+    (course.lessons.predictions.bound), say so in a line and run nothing more. If a function it calls is
     still a stub, name that one (`name`: the learner's functions it runs). A fence's refusal after
     the cell already went differently from the text (a note said so) is explained as following from
     that; with `uncaught` (what it means here), so is one the learner's `name` let escape. Where the

@@ -1,7 +1,7 @@
 """The manually graded questions, their model answers and rubrics, gathered for the instructor guide.
 
 They are written once, in the solution cells of `solutions/ch12/`, beside the question. The guide
-shows the same text as one of its generated parts (`course.guide`: `python -m course.guide`
+shows the same text as one of its generated parts (`course.authoring.guide`: `python -m course.authoring.guide`
 rewrites it, and a test fails when the two drift apart).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 SOLUTIONS = REPO_ROOT / "solutions" / "ch12"
 SOLUTION_MARKERS = re.compile(r"^### (BEGIN|END) SOLUTION\s*$", re.M)
 

@@ -15,7 +15,7 @@ returns the five functions a worker calls. A function still holding nbgrader's s
 
 Only saved code is judged. `versions` says which version of each graded definition is loaded (the
 notebook and when it was saved) and, where a JupyterLab kernel ran it, whether the kernel ran the
-same source (`course.kernel_runs`). With `require_saved`, a definition whose last run in the
+same source (`course.lab.kernel_runs`). With `require_saved`, a definition whose last run in the
 learner's kernel is newer than the save and differs from it stops the load ("save <notebook> first").
 """
 
@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course import kernel_runs
-from course.checks import is_stub, not_implemented
+from course.lab import kernel_runs
+from course.lessons.checks import is_stub, not_implemented
 from course.grading import findings
-from course.graded_cells import FENCES, FUNCTIONS, GRADED_CELLS, NOTEBOOK_OF, WORKER
+from course.lab.graded_cells import FENCES, FUNCTIONS, GRADED_CELLS, NOTEBOOK_OF, WORKER
 from reference_organizations.store.assistant import run_once
 from sovereign_agent.ownership import REFERENCE, Ownership
 

@@ -1,7 +1,7 @@
 """Parts of the instructor guide that are generated from the course itself, so they cannot drift.
 
 Each part sits between `<!-- NAME:start -->` and `<!-- NAME:end -->` in docs/instructor-guide.md.
-`python -m course.guide` rewrites every part; tests/test_instructor_guide.py fails when a part
+`python -m course.authoring.guide` rewrites every part; tests/test_instructor_guide.py fails when a part
 differs from what the code renders.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 GUIDE = REPO_ROOT / "docs" / "instructor-guide.md"
 
 
@@ -35,9 +35,9 @@ def rendered(solutions: Path | None = None) -> dict[str, Callable[[], str]]:
     modules render their text; the guide alone knows where it goes.) `solutions`: where the written
     answers come from (default solutions/ch12; `course check-authoring` checks a folder given)."""
     from course.checkpoint.evidence_table import render as evidence_table
-    from course.pacing import render as pacing
-    from course.written_answers import SOLUTIONS, written_answers
-    from course.written_answers import render as answers_part
+    from course.authoring.pacing import render as pacing
+    from course.authoring.written_answers import SOLUTIONS, written_answers
+    from course.authoring.written_answers import render as answers_part
 
     parts = {"written-answers": lambda: answers_part(written_answers(solutions or SOLUTIONS)),
              "checkpoint-evidence": evidence_table, "pacing": pacing}
