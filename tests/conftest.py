@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -25,6 +26,19 @@ from reference_organizations.children import alive
 from course.grading.sandbox.cgroup import LABEL_VARIABLE
 from sovereign_agent.database import Database
 from sovereign_agent.suppliers import OutcomeUnknown, SupplierRefused
+
+# Debian's chromium package, found on PATH (or named by $CHROMIUM); never a downloaded browser.
+CHROMIUM = Path(os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 OPERATOR = "lucy"
 
@@ -288,3 +302,28 @@ def died_while_sending(db: Database, policy: SpendingPolicy, supplier: FakeSuppl
         execute(db, work, order, supplier, policy=policy)
     supplier.crash_on_order = False
     return order
+
+
+# --------------------------------------------------------------------------------------------
+# Chromium, for any test that asks for pytest-playwright's `page` (tests/browser, and the
+# hostile class's analytics page)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    if not CHROMIUM.exists():
+        reason = (
+            "chromium is missing: install Debian's chromium package (apt-get install chromium); "
+            "never run `playwright install`"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set and {reason}", pytrace=False)
+        pytest.skip(reason)
+    return str(CHROMIUM)
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(chromium_executable: str) -> dict:
+    """Override pytest-playwright: always Debian's chromium, headless, with the known-good args."""
+    return {"executable_path": chromium_executable, "headless": True, "args": CHROMIUM_ARGS}

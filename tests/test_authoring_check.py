@@ -3,7 +3,8 @@ of them each authoring mistake planted alone is named, with its notebook and cel
 
 The mistakes are those an nbgrader author makes when a test passes in a kernel and fails under the
 judge (issue 38): a helper in a cell the judge never runs, an argument the wire refuses, a test
-without `require_written`, an answer name another cell rebinds, a guide left stale.
+without `require_written`, an answer name another cell rebinds, a guide left stale; and a check
+that does not say which misconception of the guide it points to (what `course analytics` reads).
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def lease_left_answer(cells):
                 'expect(lease_left(db, held, 1040.0) == 0.0, "an ended lease has no time left")\n'
                 "### END HIDDEN TESTS\n"
                 'passed("lease_left counts what is left of a live lease")\n', points=2, tags=["raises-exception"])
+    test.metadata["course"] = {"misconception": None}  # a mistake of its own (the guide: "Adding or changing ...")
     insert_after(cells, "test_exercise_stale_response_experiment", answer, test)
     cell(cells, "setup").source += "from sovereign_agent.records import lease_expiry\n"
 
@@ -137,6 +139,14 @@ def lease_left_answer(cells):
 def written_answer_changed(cells):
     answer = cell(cells, "exercise_reuse_owner_label_logging")
     answer.source = answer.source.replace("**Model answer:** ", "**Model answer:** Two executions, one label. ", 1)
+
+
+def misconception_unsaid(cells):  # course analytics would not know where a failure here points
+    del cell(cells, "test_order_may_leave").metadata["course"]
+
+
+def misconception_not_in_the_guide(cells):
+    cell(cells, "test_order_may_leave").metadata["course"]["misconception"] = "Leases are locks"
 
 
 MISTAKES = {  # mistake: (notebook, its change, the finding's notebook and cell, words the finding holds)
@@ -159,6 +169,11 @@ MISTAKES = {  # mistake: (notebook, its change, the finding's notebook and cell,
                                         ["does not name `release_stale_response`"]),
     "answer name is a loop variable": ("03_leases", lease_left_answer, "03_leases.ipynb observe_order_may_leave",
                                        ["binds `lease_left`", "answer of cell `lease_left`"]),
+    "misconception unsaid": ("03_leases", misconception_unsaid, "03_leases.ipynb test_order_may_leave",
+                             ['{"course": {"misconception": NAME}}', "or null"]),
+    "misconception not in the guide": ("03_leases", misconception_not_in_the_guide,
+                                       "03_leases.ipynb test_order_may_leave",
+                                       ["'Leases are locks'", "does not name in bold", "Sent means done"]),
     "stale guide": ("03_leases", written_answer_changed, "instructor-guide.md written-answers",
                     ["python -m course.authoring.guide"]),
 }

@@ -688,3 +688,50 @@ def test_parallel_grading_gives_exactly_the_scores_of_serial_grading(graded, tmp
     serial, parallel = scores(copy), scores(root)
     assert sorted(serial) == chosen, "the fresh gradebook holds the serially graded students only"
     assert serial == {s: parallel[s] for s in chosen}
+
+
+@pytest.mark.browser
+def test_class_analytics_agree_with_the_gradebook_and_the_page_shows_its_figure(graded, tmp_path, page):
+    """`course analytics` on this class (honest, partial, hostile): each check's counts and each total
+    as nbgrader's API holds them; the resource vandal's limits and any grading error under the right
+    student; then its page in chromium, the figure decoded and the table whole, nothing run."""
+    from nbgrader.api import Gradebook
+
+    from course.grading.classes import analytics
+
+    root, results, _, _, _ = graded
+    result, paths = analytics.analyse(root, tmp_path / "analytics")
+    held: dict[str, dict[str, tuple[float, float]]] = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        assignment = gb.find_assignment(commands.ASSIGNMENT)
+        answers = {(nb.name, cell.name) for nb in assignment.notebooks for cell in nb.solution_cells}
+        totals = {submission.student.id: submission.score for submission in assignment.submissions}
+        for submission in assignment.submissions:
+            for nb in submission.notebooks:
+                for grade in nb.grades:
+                    if grade.cell_type == "code" and (nb.name, grade.name) not in answers:
+                        held.setdefault(f"{nb.name}/{grade.name}", {})[submission.student.id] = (
+                            grade.score, grade.max_score)
+    assert result.totals == totals and sorted(totals) == sorted(results)
+    assert {check.key for check in result.checks} == set(held)
+    for check in result.checks:
+        scores = held[check.key]
+        assert check.scores == {student: score for student, (score, _) in scores.items()}, check.key
+        assert (check.count("full"), check.count("zero")) == (
+            sum(score >= top for score, top in scores.values()), sum(score == 0 for score, _ in scores.values()))
+    limited = {student for check in result.checks for student, _ in check.limits}
+    assert "vandal_resources" in limited
+    assert all(any(results[s].findings.get(name) for name in analytics.LIMITS) for s in limited), limited
+    erred = {student for check in result.checks for student in check.grading_errors}
+    assert erred <= {s for s, r in results.items() if r.findings.get("grading_error")}, erred
+
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(paths[2].resolve().as_uri())
+    figure = page.locator("img")
+    assert figure.count() == 1
+    width, shown = figure.evaluate("img => [img.naturalWidth, img.getBoundingClientRect().width]")
+    assert width >= 1000, f"the figure did not decode in chromium (natural width {width})"
+    assert shown <= page.viewport_size["width"], f"the figure is {shown} px wide on a {page.viewport_size} page"
+    assert page.locator("tr").count() == 1 + len(result.checks)
+    assert dialogs == [] and page.evaluate("document.scripts.length") == 0

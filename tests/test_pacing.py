@@ -1,5 +1,6 @@
-"""Each notebook's time is estimated from what it asks (course.authoring.pacing), and said the same way in
-the notebook's heading, the README's table and the guide's session plan."""
+"""Each notebook's time is the reading plus the minutes its author gives each task
+(course.authoring.pacing), said the same way in the notebook's heading, the README's table and the
+guide's session plan."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from course.authoring.pacing import RELEASE, Pace, estimate
+from course.authoring.pacing import RELEASE, Unestimated, estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(RELEASE.glob("*.ipynb"))
@@ -26,16 +27,53 @@ def test_the_heading_and_the_readme_quote_the_estimate(path):
 def test_the_guide_renders_the_same_estimates():
     guide = (ROOT / "docs" / "instructor-guide.md").read_text()
     for path in NOTEBOOKS:
-        assert f"| `{path.stem}` | about {estimate(path).minutes} min |" in guide
+        pace = estimate(path)
+        assert f"| `{path.stem}` | about {pace.minutes} min | {pace.sittings} |" in guide
 
 
-def test_the_estimate_counts_reading_and_every_kind_of_task():
-    reading = Pace(words=2000, build=0, written=0, prediction=0, observation=0)
-    assert reading.minutes == 10  # 2,000 words at 200 a minute
-    busier = Pace(words=2000, build=2, written=1, prediction=1, observation=3)  # 10 + 2*8 + 4 + 2 + 3*2 = 38 min
-    assert busier.minutes == 40 and "2,000 words, 2 to build, 1 written, 1 to predict, 3 experiments" in busier.heading()
-    capstone = Pace(words=2000, build=2, written=0, prediction=0, observation=0, longer=29)  # 10 + 16 + 29 = 55
-    assert capstone.minutes == 55 and "2 to build (+29 min for the larger)" in capstone.heading()
-    assert estimate(RELEASE / "05_checkpoint.ipynb").longer > 0  # the worker pass is no eight-minute build
-    counted = estimate(RELEASE / "01_claims.ipynb")
-    assert counted.build == 2 and counted.words > 1000
+def notebook(tmp_path: Path, cells: list) -> Path:
+    import nbformat
+
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    return path
+
+
+def task(kind: str, minutes: int | None, grade_id: str = "x"):
+    import nbformat
+
+    meta = {} if minutes is None else {"course": {"minutes": minutes}}
+    if kind == "build":
+        return nbformat.v4.new_code_cell("", metadata={**meta, "nbgrader": {"solution": True, "grade_id": grade_id}})
+    if kind == "written":
+        return nbformat.v4.new_markdown_cell("", metadata={**meta,
+                                                           "nbgrader": {"solution": True, "grade_id": grade_id}})
+    return nbformat.v4.new_code_cell("", metadata={**meta, "tags": [kind]})
+
+
+def test_the_estimate_is_the_reading_plus_each_task_cell_s_own_minutes(tmp_path):
+    import nbformat
+
+    words = nbformat.v4.new_markdown_cell(" ".join(["lease"] * 1500))  # 10 min at 150 a minute
+    path = notebook(tmp_path, [words, task("build", 25), task("build", 10), task("written", 5),
+                               task("prediction", 2), task("observation", 4)])
+    pace = estimate(path)
+    assert pace.minutes == 60 and pace.sittings == 1  # 10 + 35 + 5 + 2 + 4 = 56, to the next five
+    assert pace.heading() == ("about 60 minutes (1,500 words to read, 10 min; 2 to build, 35 min; 1 written, 5 min; "
+                              "1 to predict, 2 min; 1 experiment, 4 min)")
+
+
+def test_a_task_that_gives_no_minutes_is_refused_by_name(tmp_path):
+    path = notebook(tmp_path, [task("build", 25, "claim"), task("build", None, "finish"), task("observation", 0)])
+    with pytest.raises(Unestimated, match=r"finish, cell 2"):
+        estimate(path)
+
+
+def test_the_course_s_tasks_are_no_longer_equal_in_time():
+    """The capstone's worker pass is not an eight-minute build, and every notebook is longer than reading."""
+    tasks = estimate(RELEASE / "05_checkpoint.ipynb").tasks
+    capstone = {kind: (count, minutes) for kind, count, minutes in tasks}
+    assert capstone["build"] == (2, 55)
+    for path in NOTEBOOKS:
+        pace = estimate(path)
+        assert pace.minutes > pace.reading + 30 and pace.sittings == -(-pace.minutes // 75)

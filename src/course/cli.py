@@ -206,12 +206,12 @@ def grades(output: Path, root: Path) -> None:
 
 @main.command()
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for ch12-checks.csv and ch12-checks.png (default: analytics/ in the course folder).")
+              help="Folder for ch12-checks.csv, .png and .html (default: analytics/ in the course folder).")
 @COURSE_ROOT
 @DB_URL
 def analytics(output: Path | None, root: Path) -> None:
     """What the class got wrong: each check's pass rate, the scores, grading errors and limits, the
-    misconception an often-failed check points to; a CSV, a figure and a summary (exit 2: nothing graded)."""
+    misconception an often-failed check points to; a CSV, a figure, a page and a summary (exit 2: nothing graded)."""
     from course.grading.classes import analytics as class_analytics
 
     try:

@@ -4,10 +4,8 @@
   free port, token-protected, serving a fresh temporary directory, with its own workspaces,
   settings, runtime, config, data and IPython directories. It is stopped at teardown (kernels
   included) and the teardown checks that no process it started is left behind.
-* ``browser_type_launch_args`` (overrides pytest-playwright's): launch Debian's chromium, found on
-  PATH (or named by $CHROMIUM); never a downloaded browser (do not run ``playwright install``).
-  If it is missing the browser tests are skipped, except when the ``CI`` environment variable is
-  set: then they fail.
+* Debian's chromium, never a downloaded browser: ``browser_type_launch_args`` is in tests/conftest.py,
+  so that a test outside this folder may ask for ``page`` too.
 * ``LabServer(base, course=..., instructor=...)``: a server like ``lab``, but started with the
   course's own command (``course.lab.workspace.jupyter_lab``, what ``make lab`` and
   ``make formgrader`` run) on a copy of the course.
@@ -41,19 +39,6 @@ from course.lessons.checks import STRICT
 from reference_organizations.children import spawn
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Debian's chromium package, found on PATH (or named by $CHROMIUM); never a downloaded browser.
-CHROMIUM = Path(os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser") or "chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
-
 SERVER_START_TIMEOUT = 60.0  # seconds until /api/status answers
 SERVER_STOP_TIMEOUT = 20.0  # seconds for a clean shutdown before signals are used
 
@@ -75,30 +60,6 @@ NO_NEWS = {
         "checkForUpdates": False,
     },
 }
-
-
-# --------------------------------------------------------------------------------------------
-# Chromium
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def chromium_executable() -> str:
-    if not CHROMIUM.exists():
-        reason = (
-            "chromium is missing: install Debian's chromium package (apt-get install chromium); "
-            "never run `playwright install`"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set and {reason}", pytrace=False)
-        pytest.skip(reason)
-    return str(CHROMIUM)
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(chromium_executable: str) -> dict:
-    """Override pytest-playwright: always Debian's chromium, headless, with the known-good args."""
-    return {"executable_path": chromium_executable, "headless": True, "args": CHROMIUM_ARGS}
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,11 @@ learner's function crosses a wire that takes plain data, dataclasses, databases 
 correct solution lose its points. `check` reads the sources (it runs no cell) and names, per
 notebook and cell, what would break: a name only a cell the judge never runs defines, an argument
 the wire refuses, a test that does not start with `require_written` or does not end by saying it
-passed, an answer name another cell rebinds, and a generated part of the instructor guide that
-`python -m course.authoring.guide` would change. Reading sources, it sees what they say, not what they
-compute: each finder's docstring says what it cannot see (`refused_arguments` above all).
+passed, an answer name another cell rebinds, a check that does not say which misconception of
+the guide it points to (what `course analytics` reads), a task that gives no minutes, and a
+generated part of the instructor guide that `python -m course.authoring.guide` would change.
+Reading sources, it sees what they say, not what they compute: each finder's docstring says what
+it cannot see (`refused_arguments` above all).
 
 It does not tell whether the committed release (notebooks/) is stale: the one way to know is to
 generate it with nbgrader (`make release`; tests/test_course_notebooks.py compares the two), which
@@ -80,7 +82,7 @@ def check(solutions: Path, guide: Path | None = None) -> list[Finding]:
         raise BadInput(f"{solutions} holds no notebook (*.ipynb)")
     notebooks = {path: read(path) for path in paths}
     found = [finding for path, cells in notebooks.items() for finding in notebook_findings(path, cells)]
-    return found + stale_guide(Path(solutions), guide)
+    return found + unplaced_checks(paths, guide) + unestimated_tasks(paths) + stale_guide(Path(solutions), guide)
 
 
 def read(path: Path) -> list[CourseCell]:
@@ -348,6 +350,52 @@ def refused(value: Any) -> bool:
 
 # --- the guide --------------------------------------------------------------------------------------
 
+def unplaced_checks(paths: list[Path], guide: Path | None = None) -> list[Finding]:
+    """Each graded check says which misconception of the guide a failure there points to, or that it
+    points to none (`course analytics` reads it from the check's own metadata)."""
+    from course.authoring import guide as generated
+    from course.grading.classes import analytics
+
+    guide = Path(guide or generated.GUIDE)
+    named = analytics.named_in_guide(guide.read_text(encoding="utf-8")) if guide.is_file() else None
+    key, field_name = analytics.METADATA
+    found = []
+    for path in paths:
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            metadata = cell.get("metadata", {}) if isinstance(cell.get("metadata"), dict) else {}
+            grading = metadata.get("nbgrader", {})
+            if cell.get("cell_type") != "code" or not grading.get("grade") or grading.get("solution"):
+                continue
+            said = metadata.get(key, {}) if isinstance(metadata.get(key), dict) else {}
+            if field_name not in said:
+                found.append(Finding(path.name, grading.get("grade_id", "?"), (
+                    f'this check does not say which misconception a failure here points to: add {{"{key}": '
+                    f'{{"{field_name}": NAME}}}} to its metadata, NAME as the guide\'s "{analytics.SECTION}" '
+                    "writes it in bold, or null for a mistake of its own (course analytics reads it)")))
+            elif said[field_name] is not None and named is not None and said[field_name] not in named:
+                found.append(Finding(path.name, grading.get("grade_id", "?"), (
+                    f"this check points to the misconception {said[field_name]!r}, which the guide's "
+                    f'"{analytics.SECTION}" does not name in bold (it names: {", ".join(sorted(named))})')))
+    return found
+
+
+def unestimated_tasks(paths: list[Path]) -> list[Finding]:
+    """Each task cell gives the minutes a newcomer spends on it (course.authoring.pacing): without
+    them the notebook's time would be a guess."""
+    from course.authoring import pacing
+
+    found = []
+    for path in paths:
+        for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            if (kind := pacing.task_kind(cell)) and pacing.minutes_of(cell) is None:
+                where = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {index}"
+                found.append(Finding(path.name, where, (
+                    f'this {kind} task gives no minutes: add {{"{pacing.METADATA[0]}": {{"{pacing.METADATA[1]}": N}}}} '
+                    "to its metadata, N the whole minutes a careful newcomer spends on it (the notebook's time "
+                    "is their sum plus the reading)")))
+    return found
+
+
 def stale_guide(solutions: Path, guide: Path | None = None) -> list[Finding]:
     """Each generated part of the guide that `python -m course.authoring.guide` would change, the written
     answers rendered from `solutions` (course.authoring.guide)."""
@@ -362,6 +410,6 @@ def stale_guide(solutions: Path, guide: Path | None = None) -> list[Finding]:
             current = None
         if current != render():
             said = "is missing" if current is None else "differs from what the course renders now"
-            found.append(Finding(guide.name, name, f"the generated part `{name}` {said}: run `python -m course.authoring."
-                                 "guide` and commit the guide (tests/test_instructor_guide.py fails until then)."))
+            found.append(Finding(guide.name, name, f"the generated part `{name}` {said}: run `python -m "
+                                 "course.authoring.guide` and commit the guide (tests/test_instructor_guide.py fails until then)."))
     return found

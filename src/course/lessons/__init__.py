@@ -6,7 +6,8 @@ notebook's own experiments. To change a notebook, start from its row.
 | all | `checks` (expect, passed, observation, stated facts), `predictions` (no experiment before one) |
 | 01_claims | `state_diagrams` |
 | 04_recovery | `holds` (a pass held at a named point), `shop` (Lucy's policy, approval, money) |
-| 06_explore | `fence_checks` (the graded `admit_generation`), `resource_fence` and `stale_sender` (the `sending` window), `interleavings`, `wrong_fences` and `schedule_view` (the schedule explorer), `renewal` |
+| 06_explore | `fence_checks` (the graded `admit_generation`); `resource_fence`, `stale_sender` (the |
+|            | `sending` window); `interleavings`, `wrong_fences`, `schedule_view` (the explorer); `renewal` |
 | 07_review | `shop` |
 
 05's checkpoint and 06's crash explorer live in `course.checkpoint`; what a kernel ran, in

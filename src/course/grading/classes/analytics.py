@@ -7,19 +7,20 @@ cell and per student, and shows no statistics across a class; this reads them ba
   graded yet count 0);
 - the students whose check met a grading error or a limit, from what grading saw in each check's
   cell (course.grading.findings, stored in the autograded notebooks), so they can be graded again;
-- the misconception of the instructor guide an often-failed check points to: `MISCONCEPTIONS`
-  below, data an instructor edits, checked by tests/test_analytics.py against the guide's section
-  and the graded checks of solutions/ch12 (never guessed from a check's text).
+- the misconception of the instructor guide an often-failed check points to, as the check's own
+  cell in the instructor's source says it (`METADATA` below; never guessed from a check's text);
 
-As a CSV (one row per check) and a figure (pass rates as bars, the scores as a histogram) in
-`analytics/`, and a short summary. What it cannot say: a pass rate per hidden case. A check is one
+As a CSV (one row per check), a figure (pass rates as bars, the scores as a histogram) and a page
+holding both in `analytics/`, and a short summary. What it cannot say: a pass rate per hidden case. A check is one
 grade in the gradebook, and the judge stops a check at its first failing case, so which of its
 later cases a student would have failed is recorded nowhere; nothing here pretends otherwise.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
+import html
 import io
 import math
 import os
@@ -35,36 +36,12 @@ from course.grading.printable import printable
 
 GUIDE = "docs/instructor-guide.md"
 SECTION = "Misconceptions this chapter meets"  # the guide's `## ` section the names below are from
-# "notebook/grade_id" -> the misconception it points to, as the guide's section names it in bold
-# (without the bold's closing full stop or quotes). Only checks the section itself names as the
-# place the misconception shows ("How to spot it", or the paragraph after the table).
-MISCONCEPTIONS = {
-    "05_checkpoint/test_continue_order": "Sent means done",
-    "02_fencing/test_assert_current": "Owner label taken as identity",
-    "03_leases/test_exercise_reuse_owner_label": "Owner label taken as identity",
-    "02_fencing/test_fences_inside_the_transaction": "A check outside the write's transaction",
-    "04_recovery/test_order_to_continue": "Recovery by asking the model again",
-    "05_checkpoint/test_run_once": "Recovery by asking the model again",
-    "04_recovery/test_recovery_action": "found means may send",
-    "07_review/test_exercise_sessions_vs_spending": "a per-session lock protects spending",
-    "07_review/test_four_answers": "a live holder is progress",
-    "07_review/test_second_answers": "a live holder is progress",
-}
-# The graded checks of ch12 that point to none of them: a failure there is a mistake of its own
-# (a format, a validation, an experiment's bookkeeping), or several at once (05's crash matrix: a
-# frozen holder that goes on after a refusal, a write around `ownership`, a lost order).
-NO_MISCONCEPTION = frozenset({
-    "01_claims/test_claim_dataclass", "01_claims/test_claim_acquires", "01_claims/test_claim_replacement",
-    "01_claims/test_claim_selection", "01_claims/test_claim_validation", "01_claims/test_claim_race",
-    "02_fencing/test_assert_current_research", "02_fencing/test_assert_current_authority", "02_fencing/test_observe",
-    "02_fencing/test_observe_refuses_non_dict", "02_fencing/test_finish",
-    "02_fencing/test_stale_holder_spends_no_model_call", "03_leases/test_order_may_leave",
-    "03_leases/test_exercise_unfenced_observe", "03_leases/test_exercise_stale_response_experiment",
-    "04_recovery/test_delayed_prediction", "04_recovery/test_cancel_while_held", "05_checkpoint/test_crash_matrix",
-    "06_explore/test_admit_generation", "06_explore/test_money_conserved", "07_review/test_vocabulary_format",
-    "07_review/test_vocabulary_most",
-    "07_review/test_vocabulary_all",
-})
+SOURCE = "solutions"  # the course folder's nbgrader source (config: CourseDirectory.source_directory)
+# A check's own cell says which misconception a failure there points to: its metadata
+# {"course": {"misconception": NAME}}, NAME as the guide's section writes it in bold (without the
+# bold's closing full stop or quotes), or null for a mistake of its own. `course check-authoring`
+# refuses a graded check without it, or with a name the section does not hold.
+METADATA = ("course", "misconception")
 OFTEN_FAILED = 0.5  # a check at most half the class earned in full: a teaching matter, not one student's
 LIMITS = ("timeouts", "output_limit", "process_limit", "memory_limit", "disk_limit")  # findings that are bounds
 COLUMNS = ["notebook", "check", "max_score", "graded", "full", "partial", "zero", "pass_rate", "mean_score",
@@ -90,6 +67,7 @@ class Check:
     scores: dict[str, float] = field(default_factory=dict)  # student -> score, as the gradebook holds it
     grading_errors: list[str] = field(default_factory=list)  # students whose check met one
     limits: list[tuple[str, str]] = field(default_factory=list)  # (student, finding)
+    misconception: str | None = None  # as the check's cell in the source names it
 
     @property
     def key(self) -> str:
@@ -106,10 +84,6 @@ class Check:
     @property
     def mean(self) -> float:
         return sum(self.scores.values()) / len(self.scores) if self.scores else 0.0
-
-    @property
-    def misconception(self) -> str | None:
-        return MISCONCEPTIONS.get(self.key)
 
     @property
     def often_failed(self) -> bool:
@@ -162,8 +136,31 @@ def read_class(root: Path) -> ClassAnalytics:
         raise NoGrades(f"the gradebook at {_shown(url)} holds no graded submission of {ASSIGNMENT} "
                        "(or no automatically graded check): nothing to analyse")
     unread = _add_findings(root, checks, sorted(totals))
+    for key, name in misconceptions(root / SOURCE / ASSIGNMENT).items():
+        if key in checks:
+            checks[key].misconception = name
     ordered = sorted(checks.values(), key=lambda c: (c.pass_rate, c.mean / (c.max_score or 1), c.key))
     return ClassAnalytics(ordered, totals, maximum, unread)
+
+
+def misconceptions(source: Path) -> dict[str, str | None]:
+    """{"notebook/check": the misconception its cell names, or None} for the graded checks of the
+    instructor's source notebooks (never a submission: a learner cannot move a check's pointer)."""
+    import nbformat
+
+    found_names: dict[str, str | None] = {}
+    for path in sorted(Path(source).glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            grading = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code" and grading.get("grade") and not grading.get("solution"):
+                found_names[f"{path.stem}/{grading['grade_id']}"] = cell.metadata.get(METADATA[0], {}).get(METADATA[1])
+    return found_names
+
+
+def named_in_guide(guide: str) -> set[str]:
+    """The misconceptions the guide's section names in bold."""
+    section = guide.split(f"\n## {SECTION}\n", 1)[1].split("\n## ", 1)[0] if f"\n## {SECTION}\n" in guide else ""
+    return {bold.strip().rstrip(".").strip('"') for bold in re.findall(r"\*\*(.+?)\*\*", section)}
 
 
 def _gradebook_present(url: str) -> bool:
@@ -280,9 +277,38 @@ def figure(result: ClassAnalytics):
     return fig
 
 
-def write(result: ClassAnalytics, folder: Path) -> tuple[Path, Path]:
-    """The CSV and the figure in `folder`, each made whole in memory and then moved into place: a
-    failure leaves the files of an earlier run as they were, and no part of a new one."""
+# The page holds only text escaped here and the figure as data: no script, no link out, and a
+# policy that would stop either, should a student's id or a finding ever carry markup.
+PAGE_POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
+def page(result: ClassAnalytics, image: bytes) -> str:
+    """One HTML file an instructor opens from formgrader's Lab (or any browser): the summary, the
+    figure and the CSV's table."""
+    def cells(values, tag="td") -> str:
+        return "".join(f"<{tag}>{html.escape(str(value))}</{tag}>" for value in values)
+
+    table = rows(result)
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{PAGE_POLICY}">',
+        f"<title>{html.escape(ASSIGNMENT)}: the class at a glance</title>",
+        "<style>body{font-family:sans-serif;margin:1.5em}img{max-width:100%}table{border-collapse:collapse;"
+        "font-size:0.85em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style></head><body>",
+        f"<h1>{html.escape(ASSIGNMENT)}: the class at a glance</h1>",
+        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary(result)) + "</ul>",
+        f'<img alt="each check\'s pass rate, and the total scores" '
+        f'src="data:image/png;base64,{base64.b64encode(image).decode()}">',
+        f"<p>The misconceptions are those of the instructor guide's section <em>{html.escape(SECTION)}</em> "
+        f"({html.escape(GUIDE)}).</p>",
+        "<table><tr>" + cells(COLUMNS, "th") + "</tr>",
+        *("<tr>" + cells(row[column] for column in COLUMNS) + "</tr>" for row in table),
+        "</table></body></html>", ""])
+
+
+def write(result: ClassAnalytics, folder: Path) -> tuple[Path, Path, Path]:
+    """The CSV, the figure and the page in `folder`, each made whole in memory and then moved into
+    place: a failure leaves the files of an earlier run as they were, and no part of a new one."""
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=COLUMNS)
     writer.writeheader()
@@ -292,7 +318,8 @@ def write(result: ClassAnalytics, folder: Path) -> tuple[Path, Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     made = {folder / f"{ASSIGNMENT}-checks.csv": text.getvalue().encode(),
-            folder / f"{ASSIGNMENT}-checks.png": image.getvalue()}
+            folder / f"{ASSIGNMENT}-checks.png": image.getvalue(),
+            folder / f"{ASSIGNMENT}-checks.html": page(result, image.getvalue()).encode()}
     parts = {path: path.with_name(f".{path.name}.part-{os.getpid()}") for path in made}
     try:
         for path, data in made.items():
@@ -305,8 +332,8 @@ def write(result: ClassAnalytics, folder: Path) -> tuple[Path, Path]:
     return tuple(made)
 
 
-def analyse(root: Path, folder: Path | None = None) -> tuple[ClassAnalytics, tuple[Path, Path]]:
-    """Read the class of `root` and write its CSV and figure (default: `root`/analytics)."""
+def analyse(root: Path, folder: Path | None = None) -> tuple[ClassAnalytics, tuple[Path, ...]]:
+    """Read the class of `root` and write its CSV, figure and page (default: `root`/analytics)."""
     result = read_class(root)
     return result, write(result, Path(folder) if folder else Path(root) / "analytics")
 
