@@ -153,8 +153,8 @@ def test_autograde_gives_the_untouched_release_zero_and_runs_no_kernel(course):
         autograded = nbformat.read(course / "autograded" / "untouched" / "ch12" / name, as_version=4)
         code = [cell for cell in autograded.cells if cell.cell_type == "code"]
         assert all(cell.execution_count is None for cell in code), f"{name}: a cell ran in a kernel at grading"
-        # A learner process runs a notebook's cells for its checks only when it has answers of its own:
-        # 05's checks run the learner's 01, 02 and 04, never 05's own cells (its predictions).
+        # A learner process runs a notebook's cells for its checks only when the notebook has both checks
+        # and answers (05's checkpoint also runs the saved 01, 02 and 04, in workers of their own).
         checked = any(decided_outside(cell) for cell in code) and any(
             cell.metadata.get("nbgrader", {}).get("solution") for cell in code)
         for cell in code:
