@@ -60,7 +60,7 @@ GRADES ?= grades.csv
 grades: $(STAMP)
 	$(BIN)/course grades --output '$(GRADES)' $(DB_OPTION)
 
-# What the class got wrong: analytics/ch12-checks.csv and .png, from the gradebook.
+# What the class got wrong: analytics/ch12-checks.csv, .png and .html, from the gradebook.
 analytics: $(STAMP)
 	$(BIN)/course analytics $(DB_OPTION)
 
