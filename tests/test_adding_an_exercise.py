@@ -54,10 +54,10 @@ def guide_test_cell() -> str:
 
 
 def cell(kind: str, grade_id: str, source: str) -> nbformat.NotebookNode:
-    """A cell with the metadata the guide's table gives its kind."""
-    if kind == "answer":  # Autograded answer; tag raises-exception
+    """A cell with the metadata the guide's "The cells." gives its kind."""
+    if kind == "answer":  # Autograded answer; tag raises-exception; a task: its minutes
         grading = {"grade": False, "locked": False, "solution": True}
-        extra = {}
+        extra = {"course": {"minutes": 10}}
     else:  # Autograded tests, with points; raises-exception; the misconception it points to (none here)
         grading = {"grade": True, "locked": True, "solution": False, "points": 2}
         extra = {"course": {"misconception": None}}
@@ -135,7 +135,7 @@ def test_the_guides_exercise_is_checked_released_and_graded_as_the_guide_says(tm
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        scores = {student: gradebook.find_grade(f"test_{NEW_NAME}", NOTEBOOK[:-6], commands.ASSIGNMENT, student).score
+        scores = {student: gradebook.find_grade("test_lease_left", NOTEBOOK[:-6], commands.ASSIGNMENT, student).score
                   for student in ("right", "negative", "blank")}
     assert scores == {"right": 2.0, "negative": 0.0, "blank": 0.0}, scores
     assert_nothing_left(course)

@@ -719,8 +719,10 @@ def test_class_analytics_agree_with_the_gradebook_and_the_page_shows_its_figure(
         assert check.scores == {student: score for student, (score, _) in scores.items()}, check.key
         assert (check.count("full"), check.count("zero")) == (
             sum(score >= top for score, top in scores.values()), sum(score == 0 for score, _ in scores.values()))
-    limited = {student for check in result.checks for student, _ in check.limits}
-    assert "vandal_resources" in limited
+    limited = {student for check in result.checks for student, _ in check.limits} | set(result.limits_elsewhere)
+    met = set(result.limits_elsewhere.get("vandal_resources", [])) | {
+        name for check in result.checks for student, name in check.limits if student == "vandal_resources"}
+    assert met == {name for name in analytics.LIMITS if results["vandal_resources"].findings.get(name)}, met
     assert all(any(results[s].findings.get(name) for name in analytics.LIMITS) for s in limited), limited
     erred = {student for check in result.checks for student in check.grading_errors}
     assert erred <= {s for s, r in results.items() if r.findings.get("grading_error")}, erred

@@ -103,6 +103,8 @@ class ClassAnalytics:
     totals: dict[str, float]  # student -> total score, as the gradebook holds it
     max_score: float
     unread: list[str] = field(default_factory=list)  # students whose autograded notebooks were not found
+    # student -> limits met outside any check's cell (running their own answers, e.g. a fork bomb)
+    limits_elsewhere: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def bins(self) -> list[tuple[float, float, int]]:
@@ -135,12 +137,12 @@ def read_class(root: Path) -> ClassAnalytics:
     if not totals or not checks:
         raise NoGrades(f"the gradebook at {_shown(url)} holds no graded submission of {ASSIGNMENT} "
                        "(or no automatically graded check): nothing to analyse")
-    unread = _add_findings(root, checks, sorted(totals))
+    unread, elsewhere = _add_findings(root, checks, sorted(totals))
     for key, name in misconceptions(root / SOURCE / ASSIGNMENT).items():
         if key in checks:
             checks[key].misconception = name
     ordered = sorted(checks.values(), key=lambda c: (c.pass_rate, c.mean / (c.max_score or 1), c.key))
-    return ClassAnalytics(ordered, totals, maximum, unread)
+    return ClassAnalytics(ordered, totals, maximum, unread, elsewhere)
 
 
 def misconceptions(source: Path) -> dict[str, str | None]:
@@ -204,13 +206,14 @@ def _checks(assignment) -> tuple[dict[str, Check], dict[str, float]]:
     return checks, totals
 
 
-def _add_findings(root: Path, checks: dict[str, Check], students: list[str]) -> list[str]:
+def _add_findings(root: Path, checks: dict[str, Check], students: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     """Note, per check, the students whose check's cell shows a grading error or a limit; return the
-    students whose autograded notebooks are missing (graded on another machine, or removed)."""
+    students whose autograded notebooks are missing (graded on another machine, or removed), and the
+    limits each student met in cells that are no check (their own answers, run as written)."""
     import nbformat
 
     notebooks = sorted({check.notebook for check in checks.values()})
-    unread = []
+    unread, elsewhere = [], {}
     for student in students:
         folder = root / "autograded" / student / ASSIGNMENT
         paths = [folder / f"{notebook}.ipynb" for notebook in notebooks]
@@ -218,14 +221,17 @@ def _add_findings(root: Path, checks: dict[str, Check], students: list[str]) -> 
             unread.append(student)
         for path in filter(Path.is_file, paths):
             for cell in nbformat.read(path, as_version=4).cells:
+                names = found.of_cell(cell)
                 check = checks.get(f"{path.stem}/{cell.get('metadata', {}).get('nbgrader', {}).get('grade_id')}")
                 if check is None:
+                    met = [name for name in names if name in LIMITS and name not in elsewhere.get(student, [])]
+                    if met:
+                        elsewhere.setdefault(student, []).extend(met)
                     continue
-                names = found.of_cell(cell)
                 if "grading_error" in names:
                     check.grading_errors.append(student)
                 check.limits.extend((student, name) for name in names if name in LIMITS)
-    return unread
+    return unread, elsewhere
 
 
 def rows(result: ClassAnalytics) -> list[dict]:
@@ -357,10 +363,14 @@ def summary(result: ClassAnalytics, paths: tuple[Path, ...] = (), worst: int = 5
     limits = [f"{c.key}: {', '.join(f'{printable(s)} ({found.SAID[n]})' for s, n in c.limits)}"
               for c in result.checks if c.limits]
     lines.append("Grading errors (not the student's mistake; grade them again): " + ("; ".join(errors) or "none"))
-    lines.append("Limits met: " + ("; ".join(limits) or "none"))
+    lines.append("Limits met in checks: " + ("; ".join(limits) or "none"))
+    lines.append("Limits met running the students' own cells: " + ("; ".join(
+        f"{printable(s)} ({', '.join(found.SAID[n] for n in names)})"
+        for s, names in sorted(result.limits_elsewhere.items())) or "none"))
     if result.unread:
-        lines.append(f"No autograded notebooks for {len(result.unread)} student(s), so their grading errors "
-                     f"and limits are unknown: {', '.join(printable(s) for s in result.unread)}")
+        lines.append(f"Notebooks with no autograded copy (not submitted, or graded on another machine) for "
+                     f"{len(result.unread)} student(s), whose grading errors and limits there are unknown: "
+                     f"{', '.join(printable(s) for s in result.unread)}")
     lines.append("Pass rates per hidden case are not recorded: a check is one grade, "
                  "stopped at its first failing case.")
     lines += [f"Wrote {path}" for path in paths]
