@@ -305,47 +305,17 @@ def died_while_sending(db: Database, policy: SpendingPolicy, supplier: FakeSuppl
 
 
 # --------------------------------------------------------------------------------------------
-# Scheduling: how many files run at once, and which start first
+# Scheduling: how many test files run at once
 # --------------------------------------------------------------------------------------------
 
-# The files that take longest (seconds of one CI run with three workers on two cores, from its
-# junit report), longest first. They start first, each on the next free worker, so that the run
-# ends with short files on every worker instead of one long file on one. A file missing here
-# only starts later; a renamed one is named by the test below.
-LONGEST_FIRST = (
-    "test_hostile_submissions.py",  # 743 s: the hostile class, graded once
-    "browser/test_lab.py",  # 485
-    "test_hostile_host.py",  # 371
-    "test_course_notebooks.py",  # 340
-    "test_instructor_commands.py",  # 265
-    "browser/test_hub.py",  # 241
-    "test_grading_tools.py",  # 221
-    "test_inert_content.py",  # 172
-    "test_exercises_02.py",  # 167
-    "test_exchange.py",  # 162
-    "test_run_all_with_wrong_answers.py",  # 162
-    "test_capstone_grading.py",  # 143
-    "test_exercises_01.py",  # 136
-    "test_recorded_histories.py",  # 118
-    "test_adding_an_exercise.py",  # new: a release and a class of three
-)
+# xdist's own order stays (the files with the most tests first). Tried: the longest files first,
+# on three workers. Every heavy file then ran at once, the machine sat at load 9 on two cores, and
+# the run took longer than xdist's order, which spreads them out.
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one worker more than the cores (at most four, `--maxprocesses`)."""
     return min(4, (os.cpu_count() or 1) + 1)
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    """The longest files first, in LONGEST_FIRST's order; every other file after them, as collected.
-    Each worker sorts alike, so xdist sees one collection."""
-    tests = Path(__file__).resolve().parent
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-
-    def order(item) -> int:
-        return rank.get(Path(item.fspath).resolve().relative_to(tests).as_posix(), len(rank))
-
-    items.sort(key=order)  # stable: a file's own tests keep their order
 
 
 # --------------------------------------------------------------------------------------------

@@ -131,6 +131,7 @@ def lease_left_answer(cells):
                 'expect(lease_left(db, held, 1040.0) == 0.0, "an ended lease has no time left")\n'
                 "### END HIDDEN TESTS\n"
                 'passed("lease_left counts what is left of a live lease")\n', points=2, tags=["raises-exception"])
+    answer.metadata["course"] = {"minutes": 10}  # a task: its minutes (the guide's "The cells.")
     test.metadata["course"] = {"misconception": None}  # a mistake of its own (the guide: "Adding or changing ...")
     insert_after(cells, "test_exercise_stale_response_experiment", answer, test)
     cell(cells, "setup").source += "from sovereign_agent.records import lease_expiry\n"

@@ -165,11 +165,3 @@ def test_the_circle_finder_sees_a_circle_through_a_lazy_import(tmp_path):
     (package / "d.py").write_text("import course.a\n")
     assert circles(import_graph(tmp_path)) == [["course.a", "course.b", "course.c"]]
 
-
-def test_every_file_the_schedule_starts_first_exists():
-    """tests/conftest.py's LONGEST_FIRST names files; a renamed one would quietly start last."""
-    from conftest import LONGEST_FIRST
-
-    tests = Path(__file__).resolve().parent
-    assert [name for name in LONGEST_FIRST if not (tests / name).is_file()] == []
-    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)

@@ -11,8 +11,8 @@ cell and per student, and shows no statistics across a class; this reads them ba
   cell in the instructor's source says it (`METADATA` below; never guessed from a check's text);
 
 As a CSV (one row per check), a figure (pass rates as bars, the scores as a histogram) and a page
-holding both in `analytics/`, and a short summary. What it cannot say: a pass rate per hidden case. A check is one
-grade in the gradebook, and the judge stops a check at its first failing case, so which of its
+holding both in `analytics/`, and a short summary. What it cannot say: a pass rate per hidden case.
+A check is one grade in the gradebook, and the judge stops a check at its first failing case, so which of its
 later cases a student would have failed is recorded nowhere; nothing here pretends otherwise.
 """
 
@@ -206,7 +206,8 @@ def _checks(assignment) -> tuple[dict[str, Check], dict[str, float]]:
     return checks, totals
 
 
-def _add_findings(root: Path, checks: dict[str, Check], students: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+def _add_findings(root: Path, checks: dict[str, Check],
+                  students: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     """Note, per check, the students whose check's cell shows a grading error or a limit; return the
     students whose autograded notebooks are missing (graded on another machine, or removed), and the
     limits each student met in cells that are no check (their own answers, run as written)."""
