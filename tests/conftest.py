@@ -305,20 +305,6 @@ def died_while_sending(db: Database, policy: SpendingPolicy, supplier: FakeSuppl
 
 
 # --------------------------------------------------------------------------------------------
-# Scheduling: how many test files run at once
-# --------------------------------------------------------------------------------------------
-
-# xdist's own order stays (the files with the most tests first). Tried: the longest files first,
-# on three workers. Every heavy file then ran at once, the machine sat at load 9 on two cores, and
-# the run took longer than xdist's order, which spreads them out.
-
-
-def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto`: one worker more than the cores (at most four, `--maxprocesses`)."""
-    return min(4, (os.cpu_count() or 1) + 1)
-
-
-# --------------------------------------------------------------------------------------------
 # Chromium, for any test that asks for pytest-playwright's `page` (tests/browser, and the
 # hostile class's analytics page)
 # --------------------------------------------------------------------------------------------
