@@ -13,6 +13,8 @@ Set by the environment (see the instructor guide, "A term on a JupyterHub"):
     COURSE_HUB_URL      where the hub listens (default: http://127.0.0.1:8000)
     COURSE_HUB_API_URL, COURSE_PROXY_API_URL   its internal addresses (default: ports 8081 and 8001)
     COURSE_HUB_STATE    the hub's own database and cookie secret (default: /var/lib/ch12-hub)
+    COURSE_DB_URL       a gradebook on a server (PostgreSQL), handed to instructors' servers only, so
+                        that their formgrader grades in the gradebook `course autograde` writes
 """
 
 import os
@@ -26,6 +28,8 @@ instructors = {name.strip() for name in os.environ.get("COURSE_INSTRUCTORS", "")
 state = Path(os.environ.get("COURSE_HUB_STATE") or "/var/lib/ch12-hub")
 # The learner's settings must be readable by every learner (the course folder is the instructor's alone).
 learner_settings = os.environ.get("COURSE_LEARNER_CONFIG") or str(Path(__file__).resolve().parents[1] / "jupyter" / "learner")
+instructor_settings = Path(__file__).resolve().parents[1] / "jupyter" / "instructor"  # no news pop-up in Lab
+gradebook = os.environ.get("COURSE_DB_URL")  # its password, if any, must not reach a learner's server
 state.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 c = get_config()  # noqa: F821 (traitlets provides it)
@@ -50,9 +54,12 @@ def course_for(spawner):
     if spawner.user.name in instructors:
         spawner.notebook_dir = str(course)
         spawner.default_url = "/formgrader"
-        spawner.environment["JUPYTER_CONFIG_PATH"] = str(course)  # its nbgrader_config.py, wherever the server starts
+        # its nbgrader_config.py, wherever the server starts; the gradebook on a server, if any
+        own = {"JUPYTER_CONFIG_PATH": os.pathsep.join([str(course), str(instructor_settings)]),
+               **({"COURSE_DB_URL": gradebook} if gradebook else {})}
     else:
-        spawner.environment["JUPYTER_CONFIG_PATH"] = learner_settings
+        own = {"JUPYTER_CONFIG_PATH": learner_settings}
+    spawner.environment = {**spawner.environment, **own}  # a new dict: nothing one user gets is shared
 
 
 c.Spawner.pre_spawn_hook = course_for

@@ -112,6 +112,24 @@ def nbgrader_metadata(grade_id: str, *, grade=False, solution=False, locked=Fals
     return {"nbgrader": meta}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_grading_machine_per_worker(tmp_path_factory: pytest.TempPathFactory):
+    """Each pytest-xdist worker grades as a machine of its own. The phase rule
+    (course.grading.judge.phases) keeps hidden and visible parts of checks apart across every grading
+    of one machine, with locks in the user's runtime folder; two workers' classes are separate
+    classes, and sharing one rule made each wait on the other's checks. A test of the rule itself
+    starts its gradings in one worker, so they share this folder."""
+    folder = tmp_path_factory.getbasetemp() / "runtime"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    before = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(folder)
+    yield
+    if before is None:
+        os.environ.pop("XDG_RUNTIME_DIR", None)
+    else:
+        os.environ["XDG_RUNTIME_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def own_temporary_folder():
     """A test that sets TMPDIR (monkeypatch.setenv) may be the first to call tempfile.gettempdir(),

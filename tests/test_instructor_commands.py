@@ -148,6 +148,9 @@ def test_feedback_says_a_written_answer_is_not_graded_yet_until_it_is(toy):
     course_command(toy, "feedback")
     html = (toy / "feedback" / "solid" / "ch12" / "toy.html").read_text()
     assert "Not graded yet." in html, "a written answer waiting for its grader is not shown as a plain 0"
+    # What the sentence says is what the page shows: the answer's 0 of 1, and a total that counts it as 0.
+    assert "counts as 0 of its 1 point, here and in the total at the top" in html
+    assert "Score: 0.0 / 1.0" in html and "Score: 3.0 / 4.0" in html
 
     from nbgrader.api import Gradebook
 

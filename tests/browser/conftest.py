@@ -52,8 +52,9 @@ LAB_SETTINGS = {
         "windowingMode": "none",
     },
 }
-# No news or update checks (no network, no pop-up over the notebook), except in the learner's Lab,
-# whose own settings (jupyter/learner) must keep the news pop-up away.
+# No news or update checks (no network, no pop-up over the notebook), except in the course's own
+# servers (the learner's Lab, the instructor's), whose settings (jupyter/learner, jupyter/instructor) must
+# keep the news pop-up away.
 NO_NEWS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
         "fetchNews": "false",
@@ -143,8 +144,8 @@ class LabServer:
         }
         for d in [self.root_dir, *dirs.values()]:
             d.mkdir(parents=True, exist_ok=True)
-        learners = self.course is not None and not self.instructor
-        for rel, settings in {**LAB_SETTINGS, **({} if learners else NO_NEWS)}.items():
+        own_settings = self.course is not None
+        for rel, settings in {**LAB_SETTINGS, **({} if own_settings else NO_NEWS)}.items():
             f = dirs["JUPYTERLAB_SETTINGS_DIR"] / rel
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(json.dumps(settings, indent=2))

@@ -1,6 +1,6 @@
 """Formgrader as an instructor meets it: `make formgrader` (the course's own command), a real
 server rooted at the course folder, chromium. It must list the assignment and show a
-submission's written answers for manual grading."""
+submission's written answers for manual grading, and the instructor's Lab opens with no news pop-up."""
 
 from __future__ import annotations
 
@@ -57,3 +57,10 @@ def test_formgrader_lists_the_assignment_and_shows_written_answers(tmp_path, pag
         screenshot(page, output_path, "formgrader-written-answer.png")
         assert ERROR_PAGE not in page.content()
         assert "course directory root is not a subdirectory" not in server.log_tail(400)
+
+        page.goto(f"{server.url}/lab?token={server.token}", timeout=90_000)  # the instructor's own Lab
+        page.locator(".jp-LabShell").wait_for(timeout=60_000)
+        page.get_by_text("Launcher", exact=True).first.wait_for(timeout=60_000)
+        page.wait_for_timeout(3000)  # the pop-up comes once Lab has started its plugins
+        screenshot(page, output_path, "formgrader-lab.png")
+        assert page.get_by_text("official Jupyter news").count() == 0, "Lab's news pop-up greets the instructor"

@@ -18,6 +18,7 @@ import json
 import os
 import pwd
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -77,15 +78,23 @@ def users_processes(users: list[str]) -> list[str]:
     return [line for line in done.stdout.splitlines() if line.strip()]
 
 
+def guides_useradd() -> list[str]:
+    """The options the guide's hub section makes an account with: the test makes its own the same way,
+    so that what it checks of a learner's privacy is what the guide's recipe gives."""
+    line = next(line for line in (ROOT / "docs" / "instructor-guide.md").read_text().splitlines()
+                if line.startswith("useradd "))
+    words = shlex.split(line.split("&&")[0])
+    return words[1:-1]  # between `useradd` and the account's name
+
+
 @pytest.fixture
 def accounts():
     if os.geteuid() != 0:
         pytest.skip("making Unix accounts needs root (CI runs as root)")
     for user in (ANN, BOB, TEACHER):
         subprocess.run(["userdel", "-r", user], capture_output=True)
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", user], check=True, capture_output=True)
+        subprocess.run(["useradd", *guides_useradd(), "-s", "/bin/bash", user], check=True, capture_output=True)
         subprocess.run(["chpasswd"], input=f"{user}:{PASSWORD}", text=True, check=True, capture_output=True)
-        os.chmod(pwd.getpwnam(user).pw_dir, 0o700)
     try:
         yield
     finally:

@@ -10,7 +10,7 @@ The learner's JupyterLab has nbgrader's Validate button, and none of its instruc
 (Formgrader, Create Assignment, the course list): `jupyter/learner/` holds that configuration.
 The instructor's server (`make formgrader`) is rooted at the repository, where
 `nbgrader_config.py` and the gradebook are, because formgrader refuses a course directory
-outside the server's root.
+outside the server's root; `jupyter/instructor/` keeps Lab's news pop-up away there too.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from pathlib import Path
 ASSIGNMENT = "ch12"
 WORK = "my-work"
 LEARNER_CONFIG = Path("jupyter") / "learner"  # relative to the course root
+# The instructor's settings come with the course's code (a course folder on a hub holds none of it).
+INSTRUCTOR_CONFIG = Path(__file__).resolve().parents[3] / "jupyter" / "instructor"
 
 
 def working_copy(root: Path) -> tuple[Path, list[str]]:
@@ -73,9 +75,11 @@ def jupyter_lab(root: Path, *, instructor: bool, extra: list[str] | None = None)
     if instructor:
         # LabApp's own default_url (/lab, the Launcher) would win over the server's.
         command += [f"--ServerApp.root_dir={root}", "--LabApp.default_url=/formgrader"]
+        settings = INSTRUCTOR_CONFIG
     else:
         folder = root / WORK / ASSIGNMENT
         command.append(f"--ServerApp.root_dir={folder}")
-        paths = [str(root / LEARNER_CONFIG), *filter(None, env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
-        env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(paths)
+        settings = root / LEARNER_CONFIG
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
+        [str(settings), *filter(None, env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))])
     return command + list(extra or []), env

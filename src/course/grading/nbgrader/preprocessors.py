@@ -209,8 +209,8 @@ def verdict_outputs(verdict: dict) -> list[NotebookNode]:
     return [*notes, NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])]
 
 
-NOT_GRADED_YET = ("**Not graded yet.** Your instructor grades this answer by hand; the 0 shown for it below "
-                  "is not its score, and the notebook's total does not count it yet.\n\n")
+NOT_GRADED_YET = ("**Not graded yet.** Your instructor grades this answer by hand. Until then it counts as 0 of its "
+                  "{points:g} {unit}, here and in the total at the top; the total rises when it is graded.\n\n")
 
 
 class MarkUngraded(NbGraderPreprocessor):
@@ -219,12 +219,14 @@ class MarkUngraded(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         grading = resources["nbgrader"]
         with Gradebook(grading["db_url"]) as gb:
-            waiting = {g.name for g in gb.find_submission_notebook(
+            waiting = {g.name: g.max_score for g in gb.find_submission_notebook(
                 grading["notebook"], grading["assignment"], grading["student"]).grades
                 if g.needs_manual_grade and g.manual_score is None}
         for cell in nb.cells:
-            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") in waiting and cell.cell_type == "markdown":
-                cell.source = NOT_GRADED_YET + cell.source
+            points = waiting.get(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"))
+            if points is not None and cell.cell_type == "markdown":
+                unit = "point" if points == 1 else "points"
+                cell.source = NOT_GRADED_YET.format(points=points, unit=unit) + cell.source
         return nb, resources
 
 
