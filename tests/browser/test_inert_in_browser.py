@@ -137,3 +137,24 @@ def test_nothing_runs_in_the_feedback_page(course, page, output_path):
     feedback = course / "feedback" / "hostile" / "ch12" / "01_claims.html"
     watch, visible, ran = open_and_watch(page, feedback.as_uri(), output_path, "feedback-hostile-answer.png")
     assert watch.seen(visible, ran) == NOTHING_RAN, watch.report()
+
+
+def test_a_long_note_wraps_at_the_feedback_pages_edge(course, page, output_path):
+    """The checks' notes, the outputs and the tracebacks in a feedback page wrap on a narrow screen:
+    none is wider than the page, so nothing a learner must read runs off its right edge."""
+    feedback = course / "feedback" / "hostile" / "ch12" / "01_claims.html"
+    page.set_viewport_size({"width": 600, "height": 900})
+    page.goto(feedback.as_uri(), wait_until="domcontentloaded", timeout=90_000)
+    page.locator("div.output_area pre").first.wait_for(state="attached", timeout=60_000)
+    widths = page.evaluate("""() => ({
+        page: document.documentElement.clientWidth,
+        notes: [...document.querySelectorAll('div.output_area pre')].map(pre => {
+            const box = pre.getBoundingClientRect();
+            return {right: Math.round(box.right), scroll: pre.scrollWidth, client: pre.clientWidth,
+                    text: pre.innerText.slice(0, 80)};
+        }),
+    })""")
+    screenshot(page, output_path, "feedback-narrow.png")
+    assert widths["notes"], "the feedback page shows no output or note to read"
+    past = [note for note in widths["notes"] if note["right"] > widths["page"] or note["scroll"] > note["client"]]
+    assert not past, f"past the edge of a {widths['page']} px page: {past}"

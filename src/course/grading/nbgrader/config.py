@@ -14,6 +14,7 @@ from course.grading.nbgrader.gradebook import alembic_on_path, db_url
 from course.grading.nbgrader.inert import MakeInert
 from course.grading.nbgrader.preprocessors import (
     DecideByJudge, ForgetDuplicateIds, MarkUngraded, PrintableNotebook, StartChecks, StripHiddenTests, VerifyGradebook,
+    WrapLongLines,
 )
 
 ASSIGNMENT = "ch12"
@@ -75,7 +76,7 @@ def configure(c, root):
     ]
     c.StartChecks.timeout = 60  # one check, once its learner process has run the notebook's cells (05's: ~10 s)
     # Feedback HTML is rendered from the autograded notebook, which holds no hidden region (StripHiddenTests).
-    c.GenerateFeedback.preprocessors = [GetGrades, MarkUngraded, CSSHTMLHeaderPreprocessor]
+    c.GenerateFeedback.preprocessors = [GetGrades, MarkUngraded, CSSHTMLHeaderPreprocessor, WrapLongLines]
     # Learner content is inert wherever it is shown (course.grading.nbgrader.inert): in the autograded
     # notebook (MakeInert above), and again in every HTML view nbgrader renders from it: formgrader's
     # manual grading and feedback both build an HTMLExporter from this configuration.

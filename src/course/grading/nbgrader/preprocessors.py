@@ -230,6 +230,18 @@ class MarkUngraded(NbGraderPreprocessor):
         return nb, resources
 
 
+class WrapLongLines(NbGraderPreprocessor):
+    """Feedback: a check's note, an output or a traceback wraps at the page's edge instead of running
+    off it (nbconvert shows them as preformatted text, which never wraps). Runs after nbconvert's
+    CSSHTMLHeaderPreprocessor, whose styles the feedback template inlines."""
+
+    CSS = "div.output_area pre, div.output_subarea pre { white-space: pre-wrap; overflow-wrap: anywhere; }"
+
+    def preprocess(self, nb, resources):
+        resources.setdefault("inlining", {}).setdefault("css", []).append(self.CSS)
+        return nb, resources
+
+
 class GradebookMismatch(RuntimeError):
     """The gradebook no longer holds the assignment the release was made from."""
 
