@@ -47,7 +47,7 @@ FORCE ?=
 DB_URL ?=
 DB_OPTION = $(if $(DB_URL),--db-url '$(DB_URL)')
 autograde: $(STAMP)
-	$(BIN)/course autograde $(if $(JOBS),--jobs $(JOBS)) $(if $(FORCE),--force) $(DB_OPTION)
+	$(BIN)/course autograde $(if $(JOBS),--jobs $(JOBS)) $(if $(FORCE),--force) $(if $(STUDENT),--student $(STUDENT)) $(DB_OPTION)
 
 feedback: $(STAMP)
 	$(BIN)/course feedback $(DB_OPTION)

@@ -116,13 +116,71 @@ def test_a_new_gradebook_grades_everyone_and_the_report_keeps_every_student(toy)
 
     # Nothing new: both are skipped, and the command says how to grade them again.
     skipped = course_command(toy, "autograde", "--jobs", "1")
-    assert "2 student(s) already in the gradebook were not graded again" in skipped.stdout
+    assert "2 student(s) already in the gradebook, with no newer submission, were not graded again" in skipped.stdout
     assert "FORCE=1" in skipped.stdout
     assert sorted(report(toy)) == ["partial", "solid"], "the report keeps every student ever graded"
     assert report(toy)["partial"]["score"] == "1.0" and report(toy)["solid"]["score"] == "3.0"
 
     forced = course_command(toy, "autograde", "--jobs", "1", "--force")
     assert "not graded again" not in forced.stdout and "partial" in forced.stdout and "solid" in forced.stdout
+
+
+def resubmit(root: Path, student: str, answer: str, when: str) -> None:
+    """A submission as `nbgrader collect --update` leaves it: the notebook and its timestamp.txt."""
+    shutil.rmtree(root / "submitted" / student, ignore_errors=True)
+    submit(root, student, answer)
+    (root / "submitted" / student / "ch12" / "timestamp.txt").write_text(when)
+
+
+def graded_at(root: Path) -> dict[str, str]:
+    """{student: when the gradebook says their submission was made}."""
+    with closing(sqlite3.connect(root / "gradebook.db")) as db:
+        return dict(db.execute("SELECT student_id, timestamp FROM submitted_assignment"))
+
+
+def test_a_resubmission_is_graded_again_alone_and_one_student_on_request(toy):
+    """nbgrader's rule without --force: a submission newer than the one graded is graded again, and
+    nobody else; `--student` grades the one named (a newer submission, or with --force)."""
+    resubmit(toy, "solid", HALF, "2026-12-01 09:00:00.000000 UTC")
+    resubmit(toy, "zoe", RIGHT, "2026-12-01 10:00:00.000000 UTC")
+    first = course_command(toy, "autograde", "--jobs", "1")
+    assert report(toy)["solid"]["score"] == "1.0" and report(toy)["zoe"]["score"] == "3.0", first.stdout
+    zoe_graded = (toy / "autograded" / "zoe" / "ch12" / "toy.ipynb").stat().st_mtime_ns
+
+    resubmit(toy, "solid", RIGHT, "2026-12-02 17:30:00.000000 UTC")  # the same student, a day later, fixed
+    again = course_command(toy, "autograde", "--jobs", "1")
+    assert "1 student(s) already in the gradebook, with no newer submission, were not graded again" in again.stdout
+    assert ": zoe" in again.stdout and report(toy)["solid"]["score"] == "3.0"
+    assert graded_at(toy)["solid"].startswith("2026-12-02 17:30"), graded_at(toy)
+    assert (toy / "autograded" / "zoe" / "ch12" / "toy.ipynb").stat().st_mtime_ns == zoe_graded, "zoe was regraded"
+
+    resubmit(toy, "zoe", HALF, "2026-12-03 08:00:00.000000 UTC")
+    resubmit(toy, "solid", HALF, "2026-12-03 08:05:00.000000 UTC")
+    one = course_command(toy, "autograde", "--jobs", "1", "--student", "zoe")
+    assert report(toy)["zoe"]["score"] == "1.0" and report(toy)["solid"]["score"] == "3.0", "only zoe is graded"
+    done = subprocess.run([str(BIN / "course"), "autograde", "--student", "nobody"], cwd=toy, capture_output=True,
+                          text=True, timeout=600, env=ordinary_path())
+    assert done.returncode != 0 and "no submission of ch12 from nobody" in done.stderr, done.stderr[-1000:]
+    assert "zoe" in one.stdout
+
+
+def test_after_a_regrade_the_report_counts_what_formgrader_asks_to_grade_by_hand(toy):
+    """A written answer graded by hand, then the class regraded (--force): nbgrader asks for the hand
+    grade to be looked at again (the answer may have changed), and the report says the same."""
+    course_command(toy, "autograde", "--jobs", "1")
+    with closing(sqlite3.connect(toy / "gradebook.db")) as db, db:  # what formgrader saves for a hand grade
+        db.execute("UPDATE grade SET manual_score = 1.0, needs_manual_grade = 0 WHERE needs_manual_grade = 1")
+    course_command(toy, "autograde", "--jobs", "1")  # nothing newer: nothing changes
+    assert report(toy)["solid"]["by_hand"] == "0.0"
+
+    course_command(toy, "autograde", "--jobs", "1", "--force")
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{toy / 'gradebook.db'}") as gb:  # what formgrader lists as needing a hand grade
+        flagged = sum(g.max_score for nb in gb.find_submission("ch12", "solid").notebooks for g in nb.grades
+                      if g.needs_manual_grade)
+    assert flagged == 1.0, "nbgrader's rule: an answer graded by hand before a regrade is looked at again"
+    assert float(report(toy)["solid"]["by_hand"]) == flagged, report(toy)["solid"]
 
 
 def test_make_passes_force_and_grades_come_out_sorted(toy, tmp_path):

@@ -158,15 +158,17 @@ def check_authoring(solutions: Path, guide: Path | None) -> None:
               help="Folder of submissions (default: ./submitted).")
 @click.option("--no-sandbox", is_flag=True,
               help="Grade without isolating learner code (bubblewrap). Every report line will say UNSANDBOXED.")
-@click.option("--force", is_flag=True, help="Regrade submissions that were graded before.")
+@click.option("--force", is_flag=True, help="Regrade submissions that were graded before (a newer one is regraded anyway).")
+@click.option("--student", "students", multiple=True, metavar="ID",
+              help="Grade only this student's submission (repeat for more).")
 @click.option("--jobs", type=click.IntRange(1), default=None,
               help="Students graded at once on this machine (default: the number of cores).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Grade on a Dask cluster instead (needs the [cluster] extra); results are recorded here.")
 @COURSE_ROOT
 @DB_URL
-def autograde(submitted: Path | None, no_sandbox: bool, force: bool, jobs: int | None, scheduler: str | None,
-              root: Path) -> None:
+def autograde(submitted: Path | None, no_sandbox: bool, force: bool, students: tuple[str, ...], jobs: int | None,
+              scheduler: str | None, root: Path) -> None:
     """Autograde every submission, each in its own sandbox; print and save (grading-report.csv) a report."""
     from course.grading.classes.autograde import autograde as grade_class
     from course.grading.nbgrader import commands
@@ -174,7 +176,7 @@ def autograde(submitted: Path | None, no_sandbox: bool, force: bool, jobs: int |
 
     with _one_sentence(SandboxUnavailable, commands.NbgraderError, RuntimeError):
         grade_class(submitted, force=force, sandbox=not no_sandbox, jobs=jobs, scheduler=scheduler,
-                    root=root)
+                    root=root, only=students)
 
 
 @main.command()

@@ -28,24 +28,30 @@ class StudentResult:
     seconds: float = 0.0
     findings: dict[str, int] = field(default_factory=dict)  # integrity.findings: what the grader saw
     sandboxed: bool = True
-    by_hand: float = 0.0  # points of written answers still waiting for manual grading
+    by_hand: float = 0.0  # points formgrader flags as needing manual grading (new, or graded before a regrade)
 
 
 def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="grading-report.csv", jobs=None,
-              scheduler=None, progress=True):
-    """Autograde every student in submitted/ (or `submitted_dir`), `jobs` at a time, and record them.
+              scheduler=None, progress=True, only=()):
+    """Autograde every student in submitted/ (or `submitted_dir`; `only` those named), `jobs` at a
+    time, and record them.
 
     Each student is one grading unit, run by a worker process (or a Dask worker, `scheduler`); this
     process alone records, one student at a time, each after checking the gradebook against the
-    release. Without `force`, students the gradebook already holds are skipped, and said so. Prints
-    the summary read back from the gradebook, merges it into `report` (every student ever graded,
-    the latest line each), and returns a StudentResult per student graded now.
+    release. Without `force`, a submission the gradebook already holds is skipped, and said so,
+    unless it is newer (nbgrader's rule: a later timestamp.txt, as `nbgrader collect --update` writes
+    for a resubmission). Prints the summary read back from the gradebook, merges it into `report`
+    (every student ever graded, the latest line each), and returns a StudentResult per student graded now.
     """
     from course.grading.classes import coordinator
 
     root = Path(root).resolve()
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
     students = sorted(p.parent.name for p in submitted.glob(f"*/{ASSIGNMENT}") if p.is_dir())
+    missing = sorted(set(only) - set(students))
+    if missing:
+        raise NbgraderError(f"no submission of {ASSIGNMENT} from {', '.join(missing)} in {submitted}")
+    students = [s for s in students if not only or s in only]
     if not students:
         raise NbgraderError(f"no submissions found: expected {submitted}/<student>/{ASSIGNMENT}/*.ipynb")
     if sandbox and not scheduler:  # a cluster's workers check their own sandbox
@@ -61,7 +67,7 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
     workers = coordinator.DaskWorkers(scheduler) if scheduler else coordinator.LocalWorkers(jobs or os.cpu_count() or 1)
     try:
         check_gradebook(root)
-        skipped = [] if force else sorted(set(students) & _recorded(url))
+        skipped = [] if force else _up_to_date(url, submitted, students)
         students = [s for s in students if s not in skipped]
         assignment = coordinator.definition(root, url, ASSIGNMENT)
         submissions = [coordinator.submission(submitted / s / ASSIGNMENT, s) for s in students]
@@ -72,18 +78,47 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
     results = _read_back(url, sorted(results, key=lambda r: r.student))
     print("\n".join(integrity.report_lines(results)))
     if skipped:
-        print(f"{len(skipped)} student(s) already in the gradebook were not graded again "
-              f"(`make autograde FORCE=1`, or --force, grades them again): {', '.join(skipped)}")
-    integrity.write_report(root / report, results)
+        print(f"{len(skipped)} student(s) already in the gradebook, with no newer submission, were not graded "
+              f"again (`make autograde FORCE=1`, or --force, grades them again): {', '.join(skipped)}")
+    current = _read_back(url, [StudentResult(student, 0.0, 0.0) for student in skipped])
+    integrity.write_report(root / report, results, current)
     return results
 
 
-def _recorded(url) -> set[str]:
-    """The students whose submission of the assignment the gradebook holds."""
+def _up_to_date(url, submitted: Path, students: list[str]) -> list[str]:
+    """The students whose submission the gradebook holds, and holds as new as the one in `submitted`:
+    a submission whose timestamp.txt is later than the gradebook's is a resubmission, graded again
+    (nbgrader's own rule); without both timestamps, the gradebook's is taken as current."""
     from nbgrader.api import Gradebook
 
     with Gradebook(url) as gb:
-        return {s.student.id for s in gb.find_assignment(ASSIGNMENT).submissions}
+        held = {s.student.id: s.timestamp for s in gb.find_assignment(ASSIGNMENT).submissions}
+    current = []
+    for student in students:
+        if student not in held:
+            continue
+        newer = _timestamp(submitted / student / ASSIGNMENT)
+        if newer is not None and held[student] is not None and newer > held[student]:
+            continue
+        current.append(student)
+    return current
+
+
+def _timestamp(folder: Path):
+    """The submission's timestamp.txt (what nbgrader's collect writes), as nbgrader reads it; None when
+    it is missing, a link, too long or unreadable as a time (the gradebook's is then taken as current)."""
+    from nbgrader.utils import parse_utc
+
+    try:
+        descriptor = os.open(folder / "timestamp.txt", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as handle:
+        text = handle.read(200).decode(errors="replace").strip()
+    try:
+        return parse_utc(text)
+    except (ValueError, OverflowError, TypeError):
+        return None
 
 
 def _grade_and_record(workers, assignment, submissions, sandbox, root, url, progress):
@@ -128,6 +163,8 @@ def _read_back(url, results):
                 result.score, result.max_score = 0.0, maximum
                 continue
             result.score, result.max_score = submission.score, submission.max_score
-            result.by_hand = sum(g.max_score for nb in submission.notebooks for g in nb.grades
-                                 if g.needs_manual_grade and g.manual_score is None)
+            # What formgrader flags: an answer never graded by hand, or one graded by hand before this
+            # grading (nbgrader asks for it to be looked at again: the answer may have changed).
+            result.by_hand = float(sum(g.max_score for nb in submission.notebooks for g in nb.grades
+                                       if g.needs_manual_grade))
     return results

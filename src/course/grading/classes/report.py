@@ -71,8 +71,10 @@ def report_lines(results) -> list[str]:
     return lines
 
 
-def write_report(path: Path, results) -> Path:
-    """Merge `results` into the CSV at `path`: every student ever graded, the latest line each."""
+def write_report(path: Path, results, current=()) -> Path:
+    """Merge `results` into the CSV at `path`: every student ever graded, the latest line each. A
+    student in `current` (not graded now) keeps what their grading saw, with the score and the points
+    to grade by hand as the gradebook holds them now (formgrader may have changed both since)."""
     rows = {}
     if Path(path).is_file():
         with open(path, newline="") as handle:
@@ -81,6 +83,10 @@ def write_report(path: Path, results) -> Path:
         student = printable(r.student)
         rows[student] = {"student": student, "score": r.score, "max_score": r.max_score, "by_hand": r.by_hand,
                          "seconds": r.seconds, "sandboxed": r.sandboxed, **r.findings, "reason": reason(r)}
+    for r in current:
+        student = printable(r.student)
+        if student in rows:
+            rows[student].update(score=r.score, max_score=r.max_score, by_hand=r.by_hand)
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, restval="", extrasaction="ignore")
         writer.writeheader()
