@@ -158,7 +158,8 @@ def check_authoring(solutions: Path, guide: Path | None) -> None:
               help="Folder of submissions (default: ./submitted).")
 @click.option("--no-sandbox", is_flag=True,
               help="Grade without isolating learner code (bubblewrap). Every report line will say UNSANDBOXED.")
-@click.option("--force", is_flag=True, help="Regrade submissions that were graded before (a newer one is regraded anyway).")
+@click.option("--force", is_flag=True,
+              help="Regrade submissions that were graded before (a newer one is regraded anyway).")
 @click.option("--student", "students", multiple=True, metavar="ID",
               help="Grade only this student's submission (repeat for more).")
 @click.option("--jobs", type=click.IntRange(1), default=None,
