@@ -15,8 +15,11 @@ Set by the environment (see the instructor guide, "A term on a JupyterHub"):
     COURSE_HUB_STATE    the hub's own database and cookie secret (default: /var/lib/ch12-hub)
     COURSE_DB_URL       a gradebook on a server (PostgreSQL), handed to instructors' servers only, so
                         that their formgrader grades in the gradebook `course autograde` writes
+    COURSE_ROSTER       the class list, nbgrader's roster CSV (an `id` column; the instructor imports the
+                        same file with `nbgrader db student import`): only they and the instructors log in
 """
 
+import csv
 import os
 import sys
 from pathlib import Path
@@ -30,6 +33,7 @@ state = Path(os.environ.get("COURSE_HUB_STATE") or "/var/lib/ch12-hub")
 learner_settings = os.environ.get("COURSE_LEARNER_CONFIG") or str(Path(__file__).resolve().parents[1] / "jupyter" / "learner")
 instructor_settings = Path(__file__).resolve().parents[1] / "jupyter" / "instructor"  # no news pop-up in Lab
 gradebook = os.environ.get("COURSE_DB_URL")  # its password, if any, must not reach a learner's server
+roster = os.environ.get("COURSE_ROSTER")
 state.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 c = get_config()  # noqa: F821 (traitlets provides it)
@@ -40,7 +44,12 @@ c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
 c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
 c.JupyterHub.authenticator_class = "pam"
-c.Authenticator.allow_all = True  # every local account may log in; restrict with allowed_users if needed
+if roster:  # the class and its instructors, nobody else of this machine's accounts
+    with open(roster, newline="") as handle:
+        c.Authenticator.allowed_users = {row["id"].strip() for row in csv.DictReader(handle)
+                                         if (row.get("id") or "").strip()} | instructors
+else:
+    c.Authenticator.allow_all = True  # every local account may log in: set COURSE_ROSTER to restrict
 c.Authenticator.admin_users = instructors
 c.JupyterHub.spawner_class = "localprocess"  # each server runs as its Unix user
 c.Spawner.cmd = [str(environment / "jupyterhub-singleuser")]

@@ -76,7 +76,9 @@ def test_the_whole_matrix_passes_against_the_reference_with_counted_evidence(tmp
         else:
             assert trial["worker_state_when_paused"] == "T" and trial["worker_exit"] == 0
         if trial["point"] != "finished":  # finish ended the lease; otherwise a real takeover
-            assert trial["generation"] == 2 and trial["lease_waited_seconds"] > 1.9
+            # The 2 s lease asked for, less the moment between the claim and its event row (up to a
+            # tenth of a second or more on a loaded machine); the takeover came after its expiry.
+            assert trial["generation"] == 2 and trial["lease_waited_seconds"] > 1.5
             assert trial["expiry_observed_at"] >= trial["lease_expires_at"]
     by = {(t["point"], t["nemesis"]): t for t in trials}
     # The old worker really went on writing after SIGCONT, and the fence refused it.

@@ -85,3 +85,18 @@ def test_each_server_reads_settings_that_keep_labs_news_pop_up_away(hub_config):
         assert disabled.get("@jupyterlab/apputils-extension:announcements") is True, (user, folders)
     teacher = spawned(config, "teacher").environment["JUPYTER_CONFIG_PATH"].split(os.pathsep)
     assert any((Path(p) / "nbgrader_config.py").is_file() for p in teacher), teacher
+
+
+def test_the_roster_is_who_may_log_in(hub_config, tmp_path):
+    """With COURSE_ROSTER (nbgrader's roster CSV), the class and its instructors log in, no other
+    account of the machine; without it, the config says every account may (the guide says to set it)."""
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,first_name,last_name,email\nann,Ann,A,\nbob,Bob,B,\n ,blank,row,\n")
+    config = hub_config(COURSE_ROSTER=str(roster))
+    assert config.Authenticator.allowed_users == {"ann", "bob", "teacher"}
+    assert config.Authenticator.allow_all is not True
+
+
+def test_without_a_roster_every_account_may_log_in(hub_config, monkeypatch):
+    monkeypatch.delenv("COURSE_ROSTER", raising=False)
+    assert hub_config().Authenticator.allow_all is True

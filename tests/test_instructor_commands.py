@@ -183,6 +183,25 @@ def test_after_a_regrade_the_report_counts_what_formgrader_asks_to_grade_by_hand
     assert float(report(toy)["solid"]["by_hand"]) == flagged, report(toy)["solid"]
 
 
+def test_a_student_on_the_roster_who_handed_nothing_in_is_listed_with_zero_everywhere(toy, tmp_path):
+    """The roster is nbgrader's own (`nbgrader db student import`); a student on it with no submission
+    is in the command's summary, the report and the exported grades, with 0 and "no submission"."""
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,first_name,last_name,email\ncarl,Carl,Absent,\nsolid,Sol,Id,\n")
+    imported = subprocess.run([str(BIN / "nbgrader"), "db", "student", "import", str(roster)], cwd=toy,
+                              capture_output=True, text=True, timeout=120, env=ordinary_path())
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    done = course_command(toy, "autograde", "--jobs", "1")
+    line = next(line for line in done.stdout.splitlines() if line.startswith("carl "))
+    assert "0/4" in line and "No submission." in line, done.stdout
+    assert report(toy)["carl"]["score"] == "0.0" and report(toy)["carl"]["reason"] == "No submission."
+    assert report(toy)["solid"]["score"] == "3.0"
+    course_command(toy, "grades", "--output", str(tmp_path / "grades.csv"))
+    with open(tmp_path / "grades.csv", newline="") as handle:
+        exported = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
+    assert exported == {"carl": 0.0, "solid": 3.0}
+
+
 def test_make_passes_force_and_grades_come_out_sorted(toy, tmp_path):
     dry = subprocess.run(["make", "-n", "-C", str(ROOT), "autograde", "FORCE=1", "JOBS=3"], capture_output=True,
                          text=True, timeout=60, env=ordinary_path())

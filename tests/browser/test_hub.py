@@ -2,13 +2,15 @@
 Unix users log in through the hub's login page, their servers run as them with the course
 environment, and the work goes through nbgrader's exchange.
 
-Two learners (one complete, one with 01 and 02 only) and one instructor, made by the test and
-removed after. The instructor releases; each learner logs in, opens *Nbgrader > Assignment List*,
-clicks Fetch, has their answers saved (the contents API, as Lab saves) and clicks Submit; the
-instructor collects, autogrades with --jobs 2, grades one written answer in formgrader's page and
-returns feedback; each learner clicks Fetch Feedback. Then: the grades are
-exact, each learner has only their own feedback, neither can read the other's submission or the
-gradebook, and nothing of theirs is left running.
+Two learners (one complete, one with 01 and 02 only) and one instructor, made by the test the
+guide's way and removed after, and a third learner on the roster who never hands anything in. The
+instructor imports the roster and releases; each learner logs in, opens *Nbgrader > Assignment
+List*, clicks Fetch, has their answers saved (the contents API, as Lab saves) and clicks Submit; the
+instructor collects, autogrades with --jobs 2 and grades one written answer in formgrader's page;
+the second learner hands in again (03 answered too), which `course autograde` alone grades again;
+then feedback, and each learner clicks Fetch Feedback. Then: the grades are exact (the absent
+learner's 0 included), each learner has only their own feedback, neither can read the other's
+submission or the gradebook, and nothing of theirs is left running.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ SYSTEM_PYTHON = next((Path(found) for found in [shutil.which("python3", path=os.
                       and runnable_by_all(Path(found))), None)
 COURSE_ID, PASSWORD = "crash-recovery", "ch12-Term-pw!"
 ANN, BOB, TEACHER = "ch12ann", "ch12bob", "ch12teacher"
+CARL = "ch12carl"  # on the roster, with no account: a learner who never hands anything in
 HUB_LOG: list[Path] = []  # the running hub's log, for failure messages
 RUNUSER = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin") or "runuser"
 NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb", "05_checkpoint.ipynb"]
@@ -136,6 +139,8 @@ def hub(accounts, environment):
     for part in ("solutions", "notebooks", "jupyter"):
         shutil.copytree(ROOT / part, course / part)
     shutil.copy(ROOT / "nbgrader_config.py", course)
+    (course / "roster.csv").write_text("id,first_name,last_name,email\n" +
+                                       "".join(f"{user},{user},Learner,\n" for user in (ANN, BOB, CARL)))
     exchange.mkdir()
     shutil.copytree(ROOT / "jupyter" / "learner", base / "learner")  # readable by every learner
     teacher = pwd.getpwnam(TEACHER)
@@ -146,7 +151,7 @@ def hub(accounts, environment):
     env = {**os.environ, "COURSE_ROOT": str(course), "COURSE_EXCHANGE": str(exchange), "COURSE_INSTRUCTORS": TEACHER,
            "COURSE_HUB_URL": f"http://127.0.0.1:{port}", "COURSE_HUB_API_URL": f"http://127.0.0.1:{api}",
            "COURSE_PROXY_API_URL": f"http://127.0.0.1:{proxy}", "COURSE_HUB_STATE": str(state),
-           "COURSE_LEARNER_CONFIG": str(base / "learner")}
+           "COURSE_LEARNER_CONFIG": str(base / "learner"), "COURSE_ROSTER": str(course / "roster.csv")}
     log = open(base / "hub.log", "w")
     HUB_LOG[:] = [base / "hub.log"]
     process = subprocess.Popen([str(environment / "jupyterhub"), "-f", str(ROOT / "deploy" / "jupyterhub_config.py")],
@@ -256,6 +261,7 @@ def autograded_points(names: list[str]) -> float:
 
 def test_a_term_on_a_real_jupyterhub(hub, browser, output_path):
     url, course, teacher_env, bin_ = hub
+    as_user(TEACHER, str(bin_ / "nbgrader"), "db", "student", "import", "roster.csv", cwd=course, env=teacher_env)
     as_user(TEACHER, str(bin_ / "course"), "release", cwd=course, env=teacher_env)
     as_user(TEACHER, str(bin_ / "nbgrader"), "release_assignment", "ch12", "--force", cwd=course, env=teacher_env)
 
@@ -298,6 +304,20 @@ def test_a_term_on_a_real_jupyterhub(hub, browser, output_path):
     screenshot(page, output_path, "hub-formgrader-graded.png")
     context.close()
 
+    # Bob hands in again, 03 answered too: collected with --update, graded by `course autograde` alone.
+    bob = Browser(url, BOB)
+    bob.save("03_leases.ipynb", notebook("03_leases.ipynb", SOLUTIONS))
+    learners[BOB].click("Submit")
+    deadline = time.monotonic() + 120
+    while sum(len(a.get("submissions", [])) for a in bob.assignments() if a["status"] == "submitted") < 2:
+        assert time.monotonic() < deadline, f"bob's second submission did not arrive: {bob.assignments()}"
+        time.sleep(1)
+    as_user(TEACHER, str(bin_ / "nbgrader"), "collect", "ch12", "--update", cwd=course, env=teacher_env)
+    regraded = as_user(TEACHER, str(bin_ / "course"), "autograde", "--jobs", "2", cwd=course, env=teacher_env)
+    assert f"were not graded again (`make autograde FORCE=1`, or --force, grades them again): {ANN}" in regraded.stdout
+    carl_line = next(line for line in regraded.stdout.splitlines() if line.startswith(CARL))
+    assert "No submission." in carl_line, regraded.stdout
+
     as_user(TEACHER, str(bin_ / "course"), "feedback", cwd=course, env=teacher_env)
     as_user(TEACHER, str(bin_ / "nbgrader"), "release_feedback", "ch12", cwd=course, env=teacher_env)
     for user, learner in learners.items():
@@ -315,8 +335,8 @@ def test_a_term_on_a_real_jupyterhub(hub, browser, output_path):
     as_user(TEACHER, str(bin_ / "course"), "grades", "--output", str(exported), cwd=course, env=teacher_env)
     with open(exported, newline="") as handle:
         scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
-    everything, first_two = autograded_points(NOTEBOOKS), autograded_points([n for n in NOTEBOOKS if n < "03"])
-    assert scores == {ANN: everything + written["max_score"], BOB: first_two}, scores
+    everything, bobs = autograded_points(NOTEBOOKS), autograded_points([n for n in NOTEBOOKS if n < "04"])
+    assert scores == {ANN: everything + written["max_score"], BOB: bobs, CARL: 0.0}, scores
 
     for user, other in ((ANN, BOB), (BOB, ANN)):
         home = Path(pwd.getpwnam(user).pw_dir)

@@ -48,6 +48,7 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
     root = Path(root).resolve()
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
     students = sorted(p.parent.name for p in submitted.glob(f"*/{ASSIGNMENT}") if p.is_dir())
+    handed_in = set(students)
     missing = sorted(set(only) - set(students))
     if missing:
         raise NbgraderError(f"no submission of {ASSIGNMENT} from {', '.join(missing)} in {submitted}")
@@ -76,13 +77,29 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
         workers.close()
         private.close()  # what this process kept for grading (the assignment's scratch copy)
     results = _read_back(url, sorted(results, key=lambda r: r.student))
-    print("\n".join(integrity.report_lines(results)))
+    # The roster's students who handed nothing in: listed with 0, as nbgrader's export lists them.
+    absent = [] if only else _read_back(url, [StudentResult(student, 0.0, 0.0, {"*": NO_SUBMISSION})
+                                              for student in _absent(url, handed_in)])
+    print("\n".join(integrity.report_lines(sorted(results + absent, key=lambda r: r.student))))
     if skipped:
         print(f"{len(skipped)} student(s) already in the gradebook, with no newer submission, were not graded "
               f"again (`make autograde FORCE=1`, or --force, grades them again): {', '.join(skipped)}")
     current = _read_back(url, [StudentResult(student, 0.0, 0.0) for student in skipped])
-    integrity.write_report(root / report, results, current)
+    integrity.write_report(root / report, results + absent, current)
     return results
+
+
+NO_SUBMISSION = "no submission"
+
+
+def _absent(url, handed_in: set[str]) -> list[str]:
+    """The students the gradebook holds (the roster: `nbgrader db student add` or `import`) with no
+    submission of the assignment, neither recorded nor in submitted/."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(url) as gb:
+        recorded = {s.student.id for s in gb.find_assignment(ASSIGNMENT).submissions}
+        return sorted({student.id for student in gb.students} - recorded - handed_in)
 
 
 def _up_to_date(url, submitted: Path, students: list[str]) -> list[str]:
