@@ -238,3 +238,26 @@ def test_feedback_says_a_written_answer_is_not_graded_yet_until_it_is(toy):
     course_command(toy, "feedback")
     html = (toy / "feedback" / "solid" / "ch12" / "toy.html").read_text()
     assert "Not graded yet." not in html and "Score: 4.0 / 4.0" in html
+
+
+def test_a_submissions_timestamp_is_read_only_from_a_regular_file_of_its_own(tmp_path):
+    """A submission names what `course autograde` reads to decide a resubmission: a folder or file
+    that is a link (to another student's, say), a FIFO that would block, or text that is no time
+    counts as no timestamp, and the gradebook's stands."""
+    from course.grading.classes.autograde import _timestamp
+
+    def folder(student: str) -> Path:
+        made = tmp_path / student / "ch12"
+        made.mkdir(parents=True)
+        return made
+
+    folder("ann").joinpath("timestamp.txt").write_text("2026-12-02 17:30:00.000000 UTC")
+    (tmp_path / "bob").mkdir()
+    (tmp_path / "bob" / "ch12").symlink_to(tmp_path / "ann" / "ch12")
+    folder("cat").joinpath("timestamp.txt").symlink_to(tmp_path / "ann" / "ch12" / "timestamp.txt")
+    os.mkfifo(folder("dan") / "timestamp.txt")
+    folder("eve").joinpath("timestamp.txt").write_text("yesterday, roughly")
+    seen = {student: _timestamp(tmp_path, student) for student in ("ann", "bob", "cat", "dan", "eve", "nobody")}
+    assert seen["ann"] is not None and seen["ann"].isoformat() == "2026-12-02T17:30:00"
+    assert {student: when for student, when in seen.items() if student != "ann"} == dict.fromkeys(
+        ("bob", "cat", "dan", "eve", "nobody"))

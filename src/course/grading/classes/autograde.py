@@ -5,6 +5,7 @@ worker; the coordinator records each outcome as it arrives (course.grading.class
 """
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,24 +115,37 @@ def _up_to_date(url, submitted: Path, students: list[str]) -> list[str]:
     for student in students:
         if student not in held:
             continue
-        newer = _timestamp(submitted / student / ASSIGNMENT)
+        newer = _timestamp(submitted, student)
         if newer is not None and held[student] is not None and newer > held[student]:
             continue
         current.append(student)
     return current
 
 
-def _timestamp(folder: Path):
-    """The submission's timestamp.txt (what nbgrader's collect writes), as nbgrader reads it; None when
-    it is missing, a link, too long or unreadable as a time (the gradebook's is then taken as current)."""
+def _timestamp(submitted: Path, student: str):
+    """submitted/<student>/ch12/timestamp.txt (what nbgrader's collect writes), as nbgrader reads it.
+    A submission could have named it: each step is opened without following a link, and only a
+    regular file is read, 200 bytes at most. None when it is missing, anything else, or no time (the
+    gradebook's is then taken as current)."""
     from nbgrader.utils import parse_utc
 
+    opened = []
     try:
-        descriptor = os.open(folder / "timestamp.txt", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        where = os.open(submitted, os.O_RDONLY | os.O_DIRECTORY)
+        opened.append(where)
+        for step in (student, ASSIGNMENT):
+            where = os.open(step, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=where)
+            opened.append(where)
+        stamp = os.open("timestamp.txt", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=where)
+        opened.append(stamp)
+        if not stat.S_ISREG(os.fstat(stamp).st_mode):
+            return None
+        text = os.read(stamp, 200).decode(errors="replace").strip()
     except OSError:
         return None
-    with os.fdopen(descriptor, "rb") as handle:
-        text = handle.read(200).decode(errors="replace").strip()
+    finally:
+        for descriptor in opened:
+            os.close(descriptor)
     try:
         return parse_utc(text)
     except (ValueError, OverflowError, TypeError):
