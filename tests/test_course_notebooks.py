@@ -1,9 +1,12 @@
 """The course as an instructor receives it: solutions run, release matches, grades are trustworthy.
 
-- every solutions notebook runs top to bottom with papermill, and every fact its observations state holds
-  (nobody predicts there: every experiment runs, and no prediction is kept);
-- every visible test passes in that run and says so in its last line, and `nbgrader validate` (the
-  learner's Validate) passes on the capstone;
+- every solutions notebook runs top to bottom once, with COURSE_STATED_FACTS=strict, and every fact its
+  observations state holds (nobody predicts there: every experiment runs, and no prediction is kept):
+  01-04 (LAB_NOTEBOOKS) with Run All in JupyterLab in chromium (tests/browser/test_lab.py::test_solutions_run_in_lab),
+  the others (05, 06, 07) with papermill, here;
+- in either run no cell ends in an error, and every visible test passes and says so in its last line
+  (`problems_in_course_run`, which both runs check); `nbgrader validate` (the learner's Validate) passes
+  on the capstone;
 - the committed learner release is exactly what nbgrader generates from the solutions (no drift),
   with outputs stripped, and carries no solution or hidden-test text;
 - autograding gives the untouched release zero on every autograded part, while it still runs to the
@@ -25,6 +28,7 @@ import nbformat
 import pytest
 
 from course.lessons.checks import PASSED, STRICT
+from course.lessons.predictions import KEPT
 from course.grading.classes.autograde import autograde
 from course.grading.judge.checks import hide_region
 from course.grading.nbgrader import commands
@@ -36,6 +40,11 @@ SOLUTIONS = ROOT / "solutions" / "ch12"
 RELEASE = ROOT / "notebooks" / "ch12"
 NAMES = sorted(path.name for path in SOLUTIONS.glob("*.ipynb"))
 REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
+# The solutions tests/browser/test_lab.py::test_solutions_run_in_lab runs in JupyterLab (Run All, in a server with
+# COURSE_STATED_FACTS=strict, checked with `problems_in_course_run`); papermill runs the others. Kept here, not
+# there, so that this module imports no browser test.
+LAB_NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb"]
+PAPERMILL_NOTEBOOKS = [name for name in NAMES if name not in LAB_NOTEBOOKS]
 
 pytestmark = pytest.mark.slow
 
@@ -57,9 +66,36 @@ def test_the_course_has_its_seven_notebooks():
     assert sorted(path.name for path in RELEASE.glob("*.ipynb")) == NAMES
 
 
-@pytest.mark.parametrize("name", NAMES)
+def problems_in_course_run(name: str, notebook: nbformat.NotebookNode, folder: Path) -> list[str]:
+    """What is wrong with a run of the solutions notebook `name` with COURSE_STATED_FACTS=strict: `notebook` as
+    executed, `folder` where its kernel ran. Empty when the run is as it must be. Both runs of the solutions
+    check this: papermill's (below) and JupyterLab's (tests/browser/test_lab.py::test_solutions_run_in_lab)."""
+    problems = []
+    # Nobody predicts in the course's own run: every experiment ran, and no prediction was compared or kept.
+    if (folder / KEPT).exists():
+        problems.append(f"{name}: a prediction was kept in {folder / KEPT}")
+    # No cell ends in an error (a test cell's `raises-exception` tag lets the run go on past a failing test,
+    # as Lab's Run All does), and every visible test says in its last line that it passed, or what waits.
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        errors = [f"{o.ename}: {o.evalue}" for o in cell.get("outputs", []) if o.output_type == "error"]
+        if errors:
+            problems.append(f"{name}/{grade_id or cell.source[:60]}: {errors}")
+        if cell.cell_type != "code" or not is_test(cell) or not ast.parse(hide_region(cell.source, None)).body:
+            continue  # a test whose code is all hidden (07's key cells) has nothing to say
+        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        said = text[text.rfind(PASSED):] if PASSED in text else text
+        if PASSED not in text and "when your instructor grades" not in text:
+            problems.append(f"{name}/{grade_id} passed silently: {text!r}")
+        elif not 0 < len(said.strip().splitlines()) <= 2:
+            problems.append(f"{name}/{grade_id}: its last line is not short: {said!r}")
+    return problems
+
+
+@pytest.mark.parametrize("name", PAPERMILL_NOTEBOOKS)
 def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path, monkeypatch):
-    """Every fact an observation states (course.lessons.checks.unexpected) must hold with the solutions."""
+    """Every fact an observation states (course.lessons.checks.unexpected) must hold with the solutions.
+    The notebooks not run in JupyterLab (LAB_NOTEBOOKS are, by tests/browser/test_lab.py, with the same checks)."""
     import papermill
 
     monkeypatch.setenv(STRICT, "strict")  # the kernel inherits it
@@ -68,28 +104,14 @@ def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path, monkeypatch)
     shutil.copytree(SOLUTIONS, folder)  # 05_checkpoint grades the notebooks beside it
     ran = papermill.execute_notebook(folder / name, tmp_path / f"run-{name}", cwd=folder, kernel_name="python3",
                                      progress_bar=False)
-    # Nobody predicts in the course's own run: every experiment ran, and no prediction was compared or kept.
-    assert not (folder / ".predictions.jsonl").exists()
-    # No cell ends in an error (a test cell's `raises-exception` tag lets the run go on past a failing test,
-    # as Lab's Run All does), and every visible test says in its last line that it passed, or what waits.
-    runs_code = {grade_id: cell.cell_type == "code" and bool(ast.parse(hide_region(cell.source, None)).body)
-                 for grade_id, cell in cells_by_id(SOLUTIONS / name).items()}  # 07's key cells are all hidden
-    for cell in ran.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        errors = [f"{o.ename}: {o.evalue}" for o in cell.get("outputs", []) if o.output_type == "error"]
-        assert errors == [], f"{name}/{grade_id or cell.source[:60]}: {errors}"
-        if cell.cell_type != "code" or not is_test(cell) or not runs_code[grade_id]:
-            continue
-        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-        said = text[text.rfind(PASSED):] if PASSED in text else text
-        assert PASSED in text or "when your instructor grades" in text, f"{name}/{grade_id} passed silently: {text!r}"
-        assert 0 < len(said.strip().splitlines()) <= 2, f"{name}/{grade_id}: its last line is not short: {said!r}"
+    assert not (problems := problems_in_course_run(name, ran, folder)), "\n".join(problems)
 
 
 def test_nbgrader_validate_passes_on_the_capstone(tmp_path):
     """The learner's Validate button, with the learner's nbgrader settings (course.lab.workspace), on the notebook
     whose cells wait longest for output (05's crash trials). That every visible test of every notebook passes
-    with the solutions is the papermill run's to show, above: Validate runs the same cells again."""
+    with the solutions is the runs' to show (papermill's, above, and Lab's for LAB_NOTEBOOKS): Validate runs the
+    same cells again."""
     folder = tmp_path / "ch12"
     shutil.copytree(SOLUTIONS, folder)  # 05_checkpoint grades the notebooks beside it
     env = {**os.environ, "JUPYTER_CONFIG_PATH": str(ROOT / LEARNER_CONFIG)}

@@ -8,9 +8,14 @@ executed notebook back from disk and check it:
   (nbgrader ``solution: true``, they still hold ``raise NotImplementedError()``) and in visible
   test cells (``grade: true, solution: false``); every code cell must have run; every cell
   tagged ``observation`` must show output and no error. The Validate button must answer.
-* instructor source (solutions/ch12/01_claims.ipynb): every code cell runs without error and
-  the Validate button reports success; in 01-05 every figure fits its output area (drawn for the
-  notebook's width: shown at its natural size, not shrunk, and not past the area's edge).
+* instructor sources (solutions/ch12/01-04, ``LAB_NOTEBOOKS`` of tests/test_course_notebooks.py), in a
+  server with COURSE_STATED_FACTS=strict: every code cell runs, none ends in an error, and the run passes
+  ``problems_in_course_run`` (tests/test_course_notebooks.py): every visible test says in a short last
+  line that it passed (or what waits for the instructor), and no prediction is kept in the folder the
+  notebook ran in. This is these notebooks' only such run: papermill runs only the others (05-07).
+  02's Validate button reports success; in 01-05 every figure fits its output area (drawn for the
+  notebook's width: shown at its natural size, not shrunk, and not past the area's edge; 05 in the
+  capstone test).
 * the learner's working copy (what `make lab` opens): every notebook opens without being marked
   changed; 05_checkpoint, run before 01, 02 and 04 are written (and again with a change the kernel ran but
   nobody saved), says what to do first once, with no table and no figure, and its checks point to
@@ -44,6 +49,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from conftest import nbgrader_metadata
+from test_course_notebooks import LAB_NOTEBOOKS, problems_in_course_run
 
 from .conftest import REPO_ROOT, LabServer
 
@@ -424,12 +430,14 @@ def dialog_lines_cut_off(page) -> list[str]:
 
 
 # The instructor sources run in Lab (Run All, then Validate), and those that draw figures: the
-# screenshots are how a person judges whether the pictures read at notebook width.
-# 05 runs in full, solution included, in the capstone test below (a stub, an unsaved change, a wrong worker, the right one).
-LAB_NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb"]
+# screenshots are how a person judges whether the pictures read at notebook width. LAB_NOTEBOOKS
+# (01-04, from tests/test_course_notebooks.py) run here only: papermill runs the others (05-07), so this
+# run checks what papermill's would (problems_in_course_run), in a server with COURSE_STATED_FACTS=strict.
+# 05 runs in full, solution included, in the capstone test below (a stub, an unsaved change, a wrong worker,
+# the right one), and with papermill.
 DRAWING = {"01_claims.ipynb", "03_leases.ipynb", "04_recovery.ipynb"}
-# Validate in Lab on one solved notebook: the button's path. That every visible test of every notebook
-# passes with the solutions is the papermill run's to show (tests/test_course_notebooks.py).
+# Validate in Lab on one solved notebook: the button's path. That every visible test passes with the
+# solutions is the runs' to show: this one for LAB_NOTEBOOKS, papermill's for the others.
 VALIDATED = "02_fencing.ipynb"
 
 
@@ -446,7 +454,9 @@ def test_solutions_run_in_lab(name, lab, page, output_path):
         close_dialog(page)
         assert kind == "validation-success", f"the instructor source does not validate:\n{text}"
 
-    assert not (problems := problems_in_solution_run(run.notebook)), "\n".join(problems)
+    ran_in = lab.root_dir / Path(run.rel_path).parent  # the kernel's working folder: the notebook's (jupyter_server)
+    problems = problems_in_solution_run(run.notebook) + problems_in_course_run(name, run.notebook, ran_in)
+    assert not problems, "\n".join(problems)
     assert bool(figures) == (name in DRAWING), f"figures drawn: {len(figures)}"
     assert not (wide := figures_not_fitting(page)), f"figures wider than their output area: {wide}"
     if name == "03_leases.ipynb":  # the lost lease: "follow generation 1 along the timeline" must be possible
