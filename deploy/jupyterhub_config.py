@@ -10,7 +10,9 @@ Set by the environment (see the instructor guide, "A term on a JupyterHub"):
     COURSE_LEARNER_CONFIG  the learner's settings, readable by all (default: jupyter/learner here)
     COURSE_EXCHANGE     nbgrader's exchange, shared by everyone (default: /srv/nbgrader/exchange)
     COURSE_INSTRUCTORS  comma-separated Unix users who get the formgrader
-    COURSE_HUB_URL      where the hub listens (default: http://127.0.0.1:8000)
+    COURSE_HUB_URL      where the hub listens (default: http://127.0.0.1:8000); https://... with the two below
+    COURSE_HUB_SSL_CERT, COURSE_HUB_SSL_KEY   the certificate and its key, for HTTPS (passwords cross the network)
+    COURSE_IDLE_SECONDS a server idle this long is stopped (default: 3600; 0: never), by jupyterhub-idle-culler
     COURSE_HUB_API_URL, COURSE_PROXY_API_URL   its internal addresses (default: ports 8081 and 8001)
     COURSE_HUB_STATE    the hub's own database and cookie secret (default: /var/lib/ch12-hub)
     COURSE_DB_URL       a gradebook on a server (PostgreSQL), handed to instructors' servers only, so
@@ -38,6 +40,9 @@ state.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 c = get_config()  # noqa: F821 (traitlets provides it)
 c.JupyterHub.bind_url = os.environ.get("COURSE_HUB_URL") or "http://127.0.0.1:8000"
+if os.environ.get("COURSE_HUB_SSL_CERT"):  # learners type their Unix password into the login page
+    c.JupyterHub.ssl_cert = os.environ["COURSE_HUB_SSL_CERT"]
+    c.JupyterHub.ssl_key = os.environ["COURSE_HUB_SSL_KEY"]
 c.JupyterHub.hub_bind_url = os.environ.get("COURSE_HUB_API_URL") or "http://127.0.0.1:8081"  # the hub, for servers
 c.ConfigurableHTTPProxy.api_url = os.environ.get("COURSE_PROXY_API_URL") or "http://127.0.0.1:8001"
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
@@ -72,3 +77,11 @@ def course_for(spawner):
 
 
 c.Spawner.pre_spawn_hook = course_for
+
+# A server nobody used for an hour is stopped (its kernels with it): JupyterHub's own culler, as a hub service.
+idle = int(os.environ.get("COURSE_IDLE_SECONDS") or 3600)
+if idle > 0:
+    c.JupyterHub.services = [{"name": "idle-culler",
+                              "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={idle}"]}]
+    c.JupyterHub.load_roles = [{"name": "idle-culler", "services": ["idle-culler"],
+                                "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]}]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +21,38 @@ from traitlets.config import Config, Configurable
 
 ROOT = Path(__file__).resolve().parents[1]
 HUB_CONFIG = ROOT / "deploy" / "jupyterhub_config.py"
+GUIDE = ROOT / "docs" / "instructor-guide.md"
+
+
+def hub_section() -> str:
+    text = GUIDE.read_text()
+    start = text.index("## A term on a JupyterHub")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def steps() -> list[str]:
+    """The section's code blocks, in order: steps 1 to 6."""
+    return re.findall(r"```bash\n(.*?)```", hub_section(), re.S)
+
+
+def lines(block: str) -> list[str]:
+    """A block's commands (a heredoc stays whole), comments and blank lines left out."""
+    found, heredoc = [], None
+    for line in block.splitlines():
+        if heredoc is not None:
+            found[-1] += "\n" + line
+            heredoc = None if line == heredoc else heredoc
+            continue
+        if line.strip() and not line.lstrip().startswith("#"):
+            found.append(line)
+            marker = re.search(r"<<'(\w+)'", line)
+            heredoc = marker.group(1) if marker else None
+    return found
+
+
+def without_systemd() -> str:
+    """The command the guide gives for starting the hub without systemd."""
+    return re.search(r"Without systemd, the same as root:\s*`([^`]+)`", hub_section()).group(1)
 
 
 class Spawner(Configurable):
@@ -100,3 +133,46 @@ def test_the_roster_is_who_may_log_in(hub_config, tmp_path):
 def test_without_a_roster_every_account_may_log_in(hub_config, monkeypatch):
     monkeypatch.delenv("COURSE_ROSTER", raising=False)
     assert hub_config().Authenticator.allow_all is True
+
+
+def test_https_when_given_a_certificate_and_idle_servers_stopped(hub_config, tmp_path, monkeypatch):
+    """Learners type their Unix password into the hub's login page: with COURSE_HUB_SSL_CERT and _KEY
+    the hub serves it over HTTPS. JupyterHub's own culler stops a server idle for an hour, or
+    COURSE_IDLE_SECONDS (0: never), and its service may do only that."""
+    monkeypatch.delenv("COURSE_HUB_SSL_CERT", raising=False)
+    monkeypatch.delenv("COURSE_IDLE_SECONDS", raising=False)
+    plain = hub_config()
+    assert "ssl_cert" not in plain.JupyterHub
+    (culler,) = plain.JupyterHub.services
+    assert culler["command"][1:] == ["-m", "jupyterhub_idle_culler", "--timeout=3600"]
+    assert "delete:servers" in plain.JupyterHub.load_roles[0]["scopes"]
+    assert "admin:users" not in plain.JupyterHub.load_roles[0]["scopes"]
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    secure = hub_config(COURSE_HUB_SSL_CERT=str(cert), COURSE_HUB_SSL_KEY=str(key), COURSE_IDLE_SECONDS="0")
+    assert (secure.JupyterHub.ssl_cert, secure.JupyterHub.ssl_key) == (str(cert), str(key))
+    assert "services" not in secure.JupyterHub
+
+
+def test_a_staff_terminal_keeps_the_course_commands_on_its_path():
+    """Jupyter starts a terminal as a login shell when its server was not started from one (as under
+    JupyterHub), and Debian's /etc/profile then sets PATH anew, without the course's environment: the
+    staff's server settings run a plain interactive bash, which keeps the PATH the hub gave it."""
+    from course.lab.workspace import INSTRUCTOR_CONFIG
+
+    settings = json.loads((INSTRUCTOR_CONFIG / "jupyter_server_config.json").read_text())
+    assert settings["ServerApp"]["terminado_settings"]["shell_command"] == ["/bin/bash"]
+
+
+def test_the_systemd_unit_starts_the_hub_as_the_guide_does_without_it():
+    """Step 5 starts the hub with deploy/ch12-hub.service, and gives the same command for a machine
+    without systemd (which the hub test runs): the same program, settings files and state folder."""
+    unit = [line.split("=", 1) for line in (ROOT / "deploy" / "ch12-hub.service").read_text().splitlines()
+            if "=" in line and not line.startswith("#")]
+    settings = {key: [value for k, value in unit if k == key] for key, _ in unit}
+    command = without_systemd()
+    sourced = re.findall(r"\. (\S+);", command)
+    assert [path.lstrip("-") for path in settings["EnvironmentFile"]] == sourced, (settings, command)
+    assert settings["ExecStart"] == [command.rsplit("; ", 1)[1]], (settings["ExecStart"], command)
+    state = re.search(r"^COURSE_HUB_STATE=(\S+)$", steps()[4], re.M).group(1)
+    assert settings["WorkingDirectory"] == [state] and state == f"/var/lib/{settings['StateDirectory'][0]}"

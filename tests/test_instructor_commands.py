@@ -98,7 +98,7 @@ def test_plain_nbgrader_makes_a_stamped_gradebook_without_the_environment_on_pat
     assert stamped(toy / "gradebook.db")
 
 
-def test_a_new_gradebook_grades_everyone_and_the_report_keeps_every_student(toy):
+def test_a_new_gradebook_grades_everyone_and_the_report_is_the_gradebooks(toy):
     first = course_command(toy, "autograde", "--jobs", "1")
     assert "Graded normally. 1 points to grade by hand." in first.stdout, "the summary names what waits for manual grading"
     assert first.stderr.rstrip().endswith("failing=0, left=0]"), f"the bar's last word: {first.stderr[-200:]!r}"
@@ -106,9 +106,14 @@ def test_a_new_gradebook_grades_everyone_and_the_report_keeps_every_student(toy)
 
     # A new gradebook (moving to a server, say): autograded/solid exists, the gradebook has nobody.
     (toy / "gradebook.db").rename(toy / "old-gradebook.db")
+    shutil.rmtree(toy / "submitted" / "solid")
     submit(toy, "partial", HALF)
+    alone = course_command(toy, "autograde", "--jobs", "1")
+    assert sorted(report(toy)) == ["partial"], "the report is the gradebook's: solid is in the old one only"
+    assert "partial" in alone.stdout and "solid" not in alone.stdout
+    submit(toy, "solid", RIGHT)
     again = course_command(toy, "autograde", "--jobs", "1")
-    assert "not graded again" not in again.stdout, "a student the gradebook does not hold is graded"
+    assert "solid " in again.stdout and again.stdout.rstrip().endswith(": partial"), "one the gradebook lacks is graded"
     with closing(sqlite3.connect(toy / "gradebook.db")) as db:
         held = {row[0] for row in db.execute("SELECT student.id FROM submitted_assignment JOIN student "
                                                "ON student.id = submitted_assignment.student_id")}
@@ -118,8 +123,10 @@ def test_a_new_gradebook_grades_everyone_and_the_report_keeps_every_student(toy)
     skipped = course_command(toy, "autograde", "--jobs", "1")
     assert "2 student(s) already in the gradebook, with no newer submission, were not graded again" in skipped.stdout
     assert "FORCE=1" in skipped.stdout
-    assert sorted(report(toy)) == ["partial", "solid"], "the report keeps every student ever graded"
+    assert sorted(report(toy)) == ["partial", "solid"], "the report lists every student of the gradebook"
     assert report(toy)["partial"]["score"] == "1.0" and report(toy)["solid"]["score"] == "3.0"
+    # What each student still lacks, by check: the half-right answer fails the hidden test only.
+    assert report(toy)["partial"]["failed"] == "toy/hidden" and report(toy)["solid"]["failed"] == ""
 
     forced = course_command(toy, "autograde", "--jobs", "1", "--force")
     assert "not graded again" not in forced.stdout and "partial" in forced.stdout and "solid" in forced.stdout
@@ -240,11 +247,50 @@ def test_feedback_says_a_written_answer_is_not_graded_yet_until_it_is(toy):
     assert "Not graded yet." not in html and "Score: 4.0 / 4.0" in html
 
 
+def test_late_work_plain_nbgrader_and_hand_grades_reach_the_report_and_the_csv(toy, tmp_path):
+    """The due date is nbgrader's (`nbgrader db assignment add ch12 --duedate`); a submission after it
+    is marked late in the summary, grading-report.csv and grades.csv. Plain `nbgrader autograde` writes
+    the report too, and `course grades` writes it again with what formgrader changed since."""
+    resubmit(toy, "solid", RIGHT, "2026-12-01 09:00:00.000000 UTC")
+    resubmit(toy, "tardy", HALF, "2026-12-03 11:30:00.000000 UTC")
+    due = subprocess.run([str(BIN / "nbgrader"), "db", "assignment", "add", "ch12", "--duedate",
+                          "2026-12-02 09:00:00 UTC"], cwd=toy, capture_output=True, text=True, timeout=120,
+                         env=ordinary_path())
+    assert due.returncode == 0, due.stderr[-2000:]
+    done = course_command(toy, "autograde", "--jobs", "1")
+    line = next(line for line in done.stdout.splitlines() if line.startswith("tardy "))
+    assert "Late by 1 d 2 h 30 min (no penalty)." in line and "1 check short of full points." in line, done.stdout
+    assert "Late" not in next(line for line in done.stdout.splitlines() if line.startswith("solid "))
+    assert (report(toy)["tardy"]["late"], report(toy)["solid"]["late"]) == (str(26 * 3600 + 1800), "0")
+    course_command(toy, "grades", "--output", str(tmp_path / "grades.csv"))
+    with open(tmp_path / "grades.csv", newline="") as handle:
+        exported = {row["student_id"]: row for row in csv.DictReader(handle)}
+    assert exported["tardy"]["timestamp"].startswith("2026-12-03 11:30") and exported["tardy"]["duedate"]
+    assert (exported["tardy"]["failed"], exported["tardy"]["by_hand"]) == ("toy/hidden", "1.0")
+
+    # Plain nbgrader grades a newcomer: the report gains its line, and keeps the others'.
+    resubmit(toy, "newcomer", RIGHT, "2026-12-01 10:00:00.000000 UTC")
+    plain = subprocess.run([str(BIN / "nbgrader"), "autograde", "ch12", "--student", "newcomer"], cwd=toy,
+                           capture_output=True, text=True, timeout=600, env=ordinary_path())
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert sorted(report(toy)) == ["newcomer", "solid", "tardy"] and report(toy)["newcomer"]["score"] == "3.0"
+    assert report(toy)["tardy"]["failed"] == "toy/hidden", "the other students' lines are kept"
+
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{toy / 'gradebook.db'}") as gb:  # what formgrader saves for a hand grade
+        grade = gb.find_grade("why", "toy", "ch12", "tardy")
+        grade.manual_score, grade.needs_manual_grade = 1.0, False
+        gb.db.commit()
+    course_command(toy, "grades", "--output", str(tmp_path / "grades.csv"))
+    assert (report(toy)["tardy"]["by_hand"], report(toy)["tardy"]["score"]) == ("0.0", "2.0")
+
+
 def test_a_submissions_timestamp_is_read_only_from_a_regular_file_of_its_own(tmp_path):
     """A submission names what `course autograde` reads to decide a resubmission: a folder or file
     that is a link (to another student's, say), a FIFO that would block, or text that is no time
     counts as no timestamp, and the gradebook's stands."""
-    from course.grading.classes.autograde import _timestamp
+    from course.grading.classes.report import handed_in_at as _timestamp
 
     def folder(student: str) -> Path:
         made = tmp_path / student / "ch12"

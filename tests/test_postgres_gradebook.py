@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -61,24 +62,34 @@ def as_server_user() -> list[str]:
     pytest.fail("running as root with neither a `postgres` nor a `nobody` account")
 
 
-@pytest.fixture
-def postgres():
-    """A PostgreSQL server of our own: (URL, data folder); stopped by pid afterwards."""
+@contextmanager
+def serving(peer: bool = False):
+    """A PostgreSQL server of our own, stopped by pid afterwards. Yields (URL, data folder, socket folder).
+    `peer`: as Debian's own, on a local socket only, where the Unix account is the role (superuser
+    `postgres`); otherwise on a free loopback port, anyone connecting as `grader` (the URL's)."""
     folder = Path(tempfile.mkdtemp(prefix="course-postgres-"))
-    data, port = folder / "data", free_port()
+    data, sockets, port = folder / "data", folder / "socket", free_port()
+    sockets.mkdir()
     user = as_server_user()
     if user:
-        shutil.chown(folder, user=user[2])
-    folder.chmod(0o700)
+        for path in (folder, sockets):
+            shutil.chown(path, user=user[2])
+    folder.chmod(0o711)  # the socket folder inside is everyone's to reach; the data folder is the server's
+    sockets.chmod(0o755)
     run = lambda *argv: subprocess.run([*user, *argv], check=True, capture_output=True, text=True, timeout=120)  # noqa: E731
     pid = None
     try:
-        run(postgres_program("initdb"), "-D", str(data), "-A", "trust", "-U", "grader", "--no-sync")
-        options = f"-h 127.0.0.1 -p {port} -k {folder} -F"
+        if peer:
+            run(postgres_program("initdb"), "-D", str(data), "--auth-local=peer", "--auth-host=reject",
+                "-U", "postgres", "--no-sync")
+            options = f"-h '' -k {sockets} -F"
+        else:
+            run(postgres_program("initdb"), "-D", str(data), "-A", "trust", "-U", "grader", "--no-sync")
+            options = f"-h 127.0.0.1 -p {port} -k {sockets} -F"
         run(postgres_program("pg_ctl"), "-D", str(data), "-o", options, "-l", str(folder / "server.log"), "-w", "-t",
             "60", "start")
         pid = int((data / "postmaster.pid").read_text().split()[0])
-        yield f"postgresql://grader@127.0.0.1:{port}/postgres", data
+        yield f"postgresql://grader@127.0.0.1:{port}/postgres", data, sockets
     finally:
         if pid is not None:
             try:
@@ -92,6 +103,13 @@ def postgres():
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(folder, ignore_errors=True)
         assert pid is None or not Path(f"/proc/{pid}").exists(), "the PostgreSQL server is still running"
+
+
+@pytest.fixture
+def postgres():
+    """A PostgreSQL server of our own on a loopback port: (URL, data folder)."""
+    with serving() as (url, data, _):
+        yield url, data
 
 
 def ordinary_path() -> dict[str, str]:
@@ -109,16 +127,27 @@ def test_a_class_graded_into_postgresql_is_exported_by_make_grades(postgres, tmp
     root.mkdir()
     build_course(root)
     commands.release(root=root)
-    (root / "gradebook.db").unlink()  # the class moves to the (empty) server: autograde makes its gradebook there
+    from nbgrader.api import Gradebook
+
+    from course.grading.nbgrader.gradebook import quiet_gradebook
+
+    quiet_gradebook()  # nbgrader's own use of its session, noted by SQLAlchemy
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:  # a term begun on the course's own gradebook
+        gb.add_student("early")
+        gb.add_submission(commands.ASSIGNMENT, "early")
     for student, (solution, _) in CLASS.items():
         submit(root, student, solution)
     course = Path(os.path.normpath(sys.executable)).parent / "course"
-    done = subprocess.run([str(course), "autograde", "--jobs", "2", "--db-url", url], cwd=root, capture_output=True,
-                          text=True, timeout=600, env=ordinary_path())
+    grade = [str(course), "autograde", "--jobs", "2", "--db-url", url]
+    refused = subprocess.run(grade, cwd=root, capture_output=True, text=True, timeout=600, env=ordinary_path())
+    assert refused.returncode != 0 and "would leave them all behind" in refused.stderr, refused.stderr[-2000:]
+    assert "grader@" in refused.stderr and "gradebook-before-server.db" in refused.stderr
+
+    # As the refusal says: the course's gradebook moved aside, the class is graded into the (empty) server.
+    (root / "gradebook.db").rename(root / "gradebook-before-server.db")
+    done = subprocess.run(grade, cwd=root, capture_output=True, text=True, timeout=600, env=ordinary_path())
     assert done.returncode == 0, done.stderr[-2000:]
     assert not (root / "gradebook.db").exists(), "the gradebook must be the server's, not a local file"
-
-    from nbgrader.api import Gradebook
 
     from course.grading.nbgrader.gradebook import normalize_db_url
 

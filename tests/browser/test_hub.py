@@ -1,16 +1,23 @@
-"""A term on a real JupyterHub (deploy/jupyterhub_config.py), in Debian's chromium: real local
-Unix users log in through the hub's login page, their servers run as them with the course
-environment, and the work goes through nbgrader's exchange.
+"""A term on a real JupyterHub, set up and run by following the instructor guide's hub section as
+written ("A term on a JupyterHub", docs/instructor-guide.md), in Debian's chromium.
 
-Two learners (one complete, one with 01 and 02 only) and one instructor, made by the test the
-guide's way and removed after, and a third learner on the roster who never hands anything in. The
-instructor imports the roster and releases; each learner logs in, opens *Nbgrader > Assignment
-List*, clicks Fetch, has their answers saved (the contents API, as Lab saves) and clicks Submit; the
-instructor collects, autogrades with --jobs 2 and grades one written answer in formgrader's page;
-the second learner hands in again (03 answered too), which `course autograde` alone grades again;
-then feedback, and each learner clicks Fetch Feedback. Then: the grades are exact (the absent
-learner's 0 included), each learner has only their own feedback, neither can read the other's
-submission or the gradebook, and nothing of theirs is left running.
+The guide's code blocks are run as they stand: only the example names that must differ on a test
+machine are replaced (`GuidesMachine.names`: folders, ports, the repository, the PostgreSQL socket),
+and step 1's package installs are checked rather than run (CI installs them). The accounts the
+guide makes are real Unix accounts, removed after. The hub is started the guide's way without
+systemd, with its settings file; the gradebook is on a PostgreSQL server (step 4), with peer
+authentication as Debian's has it; the hub is served over HTTPS with a certificate made for the test.
+
+The term: the teacher runs step 6's commands in a terminal of their Lab on the hub; two learners
+(one complete, one with 01 and 02 only) log in, open *Nbgrader > Assignment List*, click Fetch, have
+their answers saved (the contents API, as Lab saves) and click Submit; a third learner on the roster
+hands nothing in. The teacher collects, autogrades and grades one written answer in formgrader's
+page. The deadline is moved to now (step 6: the same command again), the second learner hands in
+again (03 answered too), late, and the TA, in their own terminal, collects and grades (only that
+resubmission) and returns feedback; each learner clicks Fetch Feedback; the teacher exports. Then: every
+line of step 6 ran; the grades are exact (the absent learner's 0 included); the late one is marked
+late, and formgrader shows the same gradebook (no gradebook.db exists); each learner has only their
+own feedback, can read neither the other's work nor the gradebook; nothing of theirs is left running.
 """
 
 from __future__ import annotations
@@ -24,9 +31,11 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -34,35 +43,21 @@ import pytest
 import requests
 
 from test_hostile_submissions import RELEASE, SOLUTIONS, notebook
+from test_hub_config import lines, steps, without_systemd
+from test_postgres_gradebook import serving
 
 from .test_lab import screenshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def runnable_by_all(path: Path) -> bool:
-    """Every folder on the way to `path`, and the file itself, may be entered and run by anyone."""
-    real = path.resolve()
-    return all(part.stat().st_mode & 0o001 for part in [*real.parents, real])
-
-
-# A python3 every user can run (this test's own may live in a folder of root's, as pyenv's does).
-SYSTEM_PYTHON = next((Path(found) for found in [shutil.which("python3", path=os.defpath)] if found
-                      and runnable_by_all(Path(found))), None)
 COURSE_ID, PASSWORD = "crash-recovery", "ch12-Term-pw!"
-ANN, BOB, TEACHER = "ch12ann", "ch12bob", "ch12teacher"
-CARL = "ch12carl"  # on the roster, with no account: a learner who never hands anything in
+ANN, BOB, CARL = "ch12ann", "ch12bob", "ch12carl"  # the roster; Carl never hands anything in
+TEACHER, TA, STAFF = "ch12teacher", "ch12ta", "ch12staff"  # the guide's example names
+ACCOUNTS = [TEACHER, TA, ANN, BOB, CARL]
 HUB_LOG: list[Path] = []  # the running hub's log, for failure messages
 RUNUSER = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin") or "runuser"
 NOTEBOOKS = ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb", "05_checkpoint.ipynb"]
-
-
-def as_user(user: str, *argv: str, cwd: Path, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([RUNUSER, "-u", user, "--", *argv], cwd=cwd, capture_output=True, text=True,
-                          timeout=900, env=env)
-    assert not check or done.returncode == 0, f"{user}: {' '.join(argv[:3])} failed:\n{(done.stdout + done.stderr)[-2500:]}"
-    return done
+DUE = "2027-01-15 17:00:00 UTC"  # step 6's example deadline
 
 
 def free_ports(count: int) -> list[int]:
@@ -77,113 +72,165 @@ def free_ports(count: int) -> list[int]:
 
 
 def users_processes(users: list[str]) -> list[str]:
-    done = subprocess.run(["ps", "-o", "user=,pid=,args=", "-u", ",".join(users)], capture_output=True, text=True)
+    present = [user for user in users if _exists(user)]
+    if not present:
+        return []
+    done = subprocess.run(["ps", "-o", "user=,pid=,args=", "-u", ",".join(present)], capture_output=True, text=True)
     return [line for line in done.stdout.splitlines() if line.strip()]
 
 
-def guides_useradd() -> list[str]:
-    """The options the guide's hub section makes an account with: the test makes its own the same way,
-    so that what it checks of a learner's privacy is what the guide's recipe gives."""
-    line = next(line for line in (ROOT / "docs" / "instructor-guide.md").read_text().splitlines()
-                if line.startswith("useradd "))
-    words = shlex.split(line.split("&&")[0])
-    return words[1:-1]  # between `useradd` and the account's name
-
-
-@pytest.fixture
-def accounts():
-    if os.geteuid() != 0:
-        pytest.skip("making Unix accounts needs root (CI runs as root)")
-    for user in (ANN, BOB, TEACHER):
-        subprocess.run(["userdel", "-r", user], capture_output=True)
-        subprocess.run(["useradd", *guides_useradd(), "-s", "/bin/bash", user], check=True, capture_output=True)
-        subprocess.run(["chpasswd"], input=f"{user}:{PASSWORD}", text=True, check=True, capture_output=True)
+def _exists(user: str) -> bool:
     try:
-        yield
-    finally:
-        deadline = time.monotonic() + 15  # the hub stops every server it started when it stops
-        while users_processes([ANN, BOB, TEACHER]) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = users_processes([ANN, BOB, TEACHER])
-        for user in (ANN, BOB, TEACHER):
-            subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
-        time.sleep(0.5)
-        for user in (ANN, BOB, TEACHER):
-            subprocess.run(["userdel", "-r", user], capture_output=True)
-        assert not left, f"left running after the hub stopped: {left}"
+        pwd.getpwnam(user)
+        return True
+    except KeyError:
+        return False
 
 
-@pytest.fixture(scope="module")
-def environment():
-    """The course environment every user runs, as the guide has an instructor build it: a system
-    Python's venv with the course (and JupyterHub) installed, readable by all."""
-    if SYSTEM_PYTHON is None:
-        pytest.fail(f"no python3 on {os.defpath} that every user can run, to build the class's environment with")
-    base = Path(tempfile.mkdtemp(prefix="ch12-hub-env-"))
-    base.chmod(0o755)
-    subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", str(base / "env")], check=True, capture_output=True, timeout=300)
-    done = subprocess.run([str(base / "env" / "bin" / "pip"), "install", "--quiet", f"{ROOT}[course,hub]"],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    yield base / "env" / "bin"
-    shutil.rmtree(base, ignore_errors=True)
+def remove_accounts() -> None:
+    for user in ACCOUNTS:
+        subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+    time.sleep(0.3)
+    for user in ACCOUNTS:
+        subprocess.run(["userdel", "-r", user], capture_output=True)
+    subprocess.run(["groupdel", STAFF], capture_output=True)
+
+
+def installed(package: str) -> bool:
+    done = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    return done.stdout.endswith("install ok installed")
+
+
+@dataclass
+class GuidesMachine:
+    """Where the guide's example names live on this test machine."""
+
+    base: Path
+    hub: str
+    cert: Path
+    names: dict[str, str]
+
+    def literal(self, text: str) -> str:
+        """`text` with each example name replaced by this machine's (longest first)."""
+        for name in sorted(self.names, key=len, reverse=True):
+            text = text.replace(name, self.names[name])
+        return text
+
+    def path(self, example: str) -> Path:
+        return Path(self.literal(example))
+
+    def as_root(self, script: str, **env: str) -> str:
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", self.literal(script)], cwd=self.base / "admin",
+                              input=f"{PASSWORD}\n" * 20, capture_output=True, text=True, timeout=900,
+                              env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                   "TMPDIR": str(self.base / "tmp"), **env})  # pip's scratch goes with the rest
+        said = (done.stdout + done.stderr)[-3000:]
+        assert done.returncode == 0, f"the guide's step failed:\n{self.literal(script)}\n{said}"
+        return done.stdout
+
+
+def working_tree_repository(into: Path) -> Path:
+    """The repository as it stands (uncommitted changes included), for step 1's `git clone`."""
+    into.mkdir(parents=True)
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid"]
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the working tree"]):
+        subprocess.run([*git, *argv], cwd=into, check=True, capture_output=True)
+    return into
 
 
 @pytest.fixture
-def hub(accounts, environment):
-    """The course folder (the instructor's), the exchange, and a running hub: (url, course, env)."""
+def machine():
+    """Steps 1 to 5 of the guide, run on this machine; the hub running. Removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("the guide's steps make Unix accounts and run as root (CI runs as root)")
     base = Path(tempfile.mkdtemp(prefix="ch12-hub-"))
     base.chmod(0o755)
-    course, exchange, state = base / "course", base / "exchange", base / "state"
-    course.mkdir()
-    for part in ("solutions", "notebooks", "jupyter"):
-        shutil.copytree(ROOT / part, course / part)
-    shutil.copy(ROOT / "nbgrader_config.py", course)
-    (course / "roster.csv").write_text("id,first_name,last_name,email\n" +
-                                       "".join(f"{user},{user},Learner,\n" for user in (ANN, BOB, CARL)))
-    exchange.mkdir()
-    shutil.copytree(ROOT / "jupyter" / "learner", base / "learner")  # readable by every learner
-    teacher = pwd.getpwnam(TEACHER)
-    for path in [course, exchange, *course.rglob("*")]:
-        os.chown(path, teacher.pw_uid, teacher.pw_gid)
-    course.chmod(0o700)  # the gradebook and the submissions are the instructor's alone
-    port, api, proxy = free_ports(3)
-    env = {**os.environ, "COURSE_ROOT": str(course), "COURSE_EXCHANGE": str(exchange), "COURSE_INSTRUCTORS": TEACHER,
-           "COURSE_HUB_URL": f"http://127.0.0.1:{port}", "COURSE_HUB_API_URL": f"http://127.0.0.1:{api}",
-           "COURSE_PROXY_API_URL": f"http://127.0.0.1:{proxy}", "COURSE_HUB_STATE": str(state),
-           "COURSE_LEARNER_CONFIG": str(base / "learner"), "COURSE_ROSTER": str(course / "roster.csv")}
-    log = open(base / "hub.log", "w")
-    HUB_LOG[:] = [base / "hub.log"]
-    process = subprocess.Popen([str(environment / "jupyterhub"), "-f", str(ROOT / "deploy" / "jupyterhub_config.py")],
-                               cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(f"{url}/hub/api", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert process.poll() is None, (base / "hub.log").read_text()[-3000:]
-            time.sleep(0.5)
-        else:
-            pytest.fail("the hub did not answer within 90 s:\n" + (base / "hub.log").read_text()[-3000:])
-        yield url, course, {**env, "HOME": teacher.pw_dir, "PATH": "/usr/bin:/bin"}, environment
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
+    remove_accounts()  # a run that died before its teardown
+    process = log = None
+    with serving(peer=True) as (_, _, sockets):
         try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
-        log.close()
-        shutil.rmtree(base, ignore_errors=True)
+            port, api, proxy = free_ports(3)
+            (base / "admin").mkdir()
+            (base / "tmp").mkdir()
+            (base / "admin" / "roster.csv").write_text(
+                "id,first_name,last_name,email\n" + "".join(f"{u},{u},Learner,\n" for u in (ANN, BOB, CARL)))
+            tls = base / "tls"
+            tls.mkdir()
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                            "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tls / "key.pem"),
+                            "-out", str(tls / "cert.pem")], check=True, capture_output=True)
+            names = {"/srv/ch12-code": str(base / "code"), "/srv/ch12": str(base / "course"),
+                     "/srv/nbgrader/exchange": str(base / "exchange"), "/var/lib/ch12-hub": str(base / "state"),
+                     "/etc/ch12-hub.env": str(base / "hub.env"), "/etc/ch12-gradebook.env": str(base / "gradebook.env"),
+                     "/etc/ssl/ch12": str(tls), "/var/run/postgresql": str(sockets),
+                     "<this repository>": str(working_tree_repository(base / "repository")),
+                     "0.0.0.0:443": f"127.0.0.1:{port}", "127.0.0.1:8081": f"127.0.0.1:{api}",
+                     "127.0.0.1:8001": f"127.0.0.1:{proxy}"}
+            here = GuidesMachine(base, f"https://127.0.0.1:{port}", tls / "cert.pem", names)
+            machine_step, accounts, course, gradebook, hub_step, _ = steps()
+            for line in lines(machine_step):  # 1: the packages CI installed, checked; the environment built
+                if line.startswith("apt-get install"):
+                    missing = [p for p in shlex.split(line)[3:] if not (installed(p) or shutil.which(p))]
+                    assert not missing, f"step 1's packages are not installed: {missing} (.ci/run installs them)"
+                elif line.startswith("npm install"):
+                    assert shutil.which("configurable-http-proxy"), "step 1's proxy is missing (.ci/run installs it)"
+                else:
+                    here.as_root(line)
+            here.as_root(accounts)
+            here.as_root(course)
+            here.as_root(gradebook, PGHOST=str(sockets))  # the machine's server: at its own socket here
+            hub_lines = lines(hub_step)
+            assert any("systemctl enable" in line for line in hub_lines), "step 5 starts the hub with systemd"
+            for line in hub_lines:
+                if "systemctl" not in line:  # no systemd here: the guide's command without it, below
+                    here.as_root(line)
+            log = open(base / "hub.log", "w")
+            HUB_LOG[:] = [base / "hub.log"]
+            process = subprocess.Popen(["bash", "-c", here.literal(without_systemd())], cwd=base, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                try:
+                    if requests.get(f"{here.hub}/hub/api", timeout=2, verify=str(here.cert)).status_code == 200:
+                        break
+                except requests.ConnectionError:
+                    pass
+                assert process.poll() is None, (base / "hub.log").read_text()[-3000:]
+                time.sleep(0.5)
+            else:
+                pytest.fail("the hub did not answer within 90 s:\n" + (base / "hub.log").read_text()[-3000:])
+            yield here
+        finally:
+            if process is not None:
+                os.killpg(process.pid, signal.SIGTERM)  # the hub stops every server it started
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait(10)
+            if log is not None:
+                log.close()
+            deadline = time.monotonic() + 15
+            while users_processes(ACCOUNTS) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            left = users_processes(ACCOUNTS)
+            remove_accounts()
+            shutil.rmtree(base, ignore_errors=True)
+    assert not left, f"left running after the hub stopped: {left}"
 
 
 def log_in(browser, hub: str, user: str, lands: str):
-    """A chromium context logged in through the hub's login page; its page once on `lands`."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    """A chromium context logged in through the hub's login page; its page once on `lands`. (The
+    certificate is the test's own: chromium is told to accept it.)"""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, ignore_https_errors=True)
     page = context.new_page()
     page.goto(f"{hub}/hub/login", timeout=60_000)
     page.fill("#username_input", user)
@@ -199,6 +246,9 @@ class Learner:
     def __init__(self, browser, hub: str, user: str) -> None:
         self.user = user
         self.context, self.page = log_in(browser, hub, user, "lab")
+        self.open_panel()
+
+    def open_panel(self) -> None:
         page = self.page
         page.locator("#jp-MainMenu .lm-MenuBar-item", has_text="Nbgrader").click(timeout=120_000)
         page.locator(".lm-Menu-itemLabel", has_text="Assignment List").click()
@@ -215,8 +265,11 @@ class Learner:
 class Browser:
     """One user's session with the hub: logged in through its login form, server spawned."""
 
-    def __init__(self, hub: str, user: str) -> None:
+    def __init__(self, machine: GuidesMachine, user: str) -> None:
+        hub = machine.hub
         self.hub, self.user, self.http = hub, user, requests.Session()
+        self.http.verify = str(machine.cert)
+        self.http.trust_env = False  # else a CA bundle named in the environment takes the place of `verify`
         form = self.http.get(f"{hub}/hub/login", timeout=30)
         xsrf = self.http.cookies.get("_xsrf") or re.search(r'name="_xsrf" value="([^"]+)"', form.text).group(1)
         done = self.http.post(f"{hub}/hub/login?next=/hub/spawn/{user}", timeout=180,
@@ -228,28 +281,72 @@ class Browser:
             if page.ok and "jupyter-config-data" in page.text:
                 self.lab = page.text
                 break
-            assert time.monotonic() < deadline, f"{user}'s server did not start ({page.status_code}):\n{HUB_LOG[0].read_text()[-3000:]}"
+            assert time.monotonic() < deadline, \
+                f"{user}'s server did not start ({page.status_code}):\n{HUB_LOG[0].read_text()[-3000:]}"
             time.sleep(1)
 
     def url(self, path: str) -> str:
         return f"{self.hub}/user/{self.user}/{path}"
 
-    def post(self, path: str, **kwargs) -> requests.Response:
-        xsrf = next(c.value for c in self.http.cookies if c.name == "_xsrf" and c.path.startswith(f"/user/{self.user}"))
-        return self.http.post(self.url(path), headers={"X-XSRFToken": xsrf}, timeout=300, **kwargs)
+    def get(self, path: str):
+        done = self.http.get(self.url(path), timeout=60)
+        assert done.ok, f"{self.user} GET {path}: {done.status_code} {done.text[-500:]}"
+        return done.json()
 
-    def assignments(self, action: str = "") -> list[dict]:
-        if not action:
-            return self.http.get(self.url(f"assignments?course_id={COURSE_ID}"), timeout=60).json()["value"]
-        done = self.post(f"assignments/{action}", data={"course_id": COURSE_ID, "assignment_id": "ch12"})
-        assert done.ok and json.loads(done.text).get("success", True), done.text[-2000:]
-        return json.loads(done.text)["value"]
+    def xsrf(self) -> str:
+        return next(c.value for c in self.http.cookies if c.name == "_xsrf" and c.path.startswith(f"/user/{self.user}"))
+
+    def assignments(self) -> list[dict]:
+        return self.get(f"assignments?course_id={COURSE_ID}")["value"]
 
     def save(self, name: str, nb: nbformat.NotebookNode) -> None:
-        xsrf = next(c.value for c in self.http.cookies if c.name == "_xsrf" and c.path.startswith(f"/user/{self.user}"))
-        done = self.http.put(self.url(f"api/contents/ch12/{name}"), headers={"X-XSRFToken": xsrf}, timeout=60,
+        done = self.http.put(self.url(f"api/contents/ch12/{name}"), headers={"X-XSRFToken": self.xsrf()}, timeout=60,
                              json={"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))})
         assert done.ok, done.text[-1000:]
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+
+
+class Terminal:
+    """A terminal of a user's Lab on the hub (*File > New > Terminal*), driven over its websocket as
+    Lab drives it: what is typed goes in, what the shell writes comes back."""
+
+    def __init__(self, session: Browser, cert: Path) -> None:
+        import websocket
+
+        made = session.http.post(session.url("api/terminals"), headers={"X-XSRFToken": session.xsrf()}, timeout=60)
+        assert made.ok, made.text[-500:]
+        socket_url = session.url(f"terminals/websocket/{made.json()['name']}").replace("https://", "wss://", 1)
+        cookies = "; ".join(f"{c.name}={c.value}" for c in session.http.cookies)
+        self.user = session.user
+        self.socket = websocket.create_connection(socket_url, cookie=cookies, origin=session.hub, timeout=5,
+                                                  sslopt={"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": str(cert)})
+        self.socket.send(json.dumps(["set_size", 50, 400, 800, 4000]))
+        self.ran: list[str] = []
+        self.run("echo ready")
+
+    def run(self, line: str, timeout: float = 900) -> str:
+        """Type `line` and wait for it to end; what it printed (colour codes and carriage returns out)."""
+        import websocket
+
+        self.socket.send(json.dumps(["stdin", f"{line}\r"]))
+        self.socket.send(json.dumps(["stdin", 'echo "::done:$?::"\r']))
+        seen, deadline = "", time.monotonic() + timeout
+        while not (ended := re.search(r"::done:(\d+)::", seen)):
+            assert time.monotonic() < deadline, f"{self.user}'s terminal: `{line}` went on:\n{seen[-3000:]}"
+            try:
+                message = json.loads(self.socket.recv())
+            except websocket.WebSocketTimeoutException:
+                continue
+            if message[0] == "stdout":
+                seen += ANSI.sub("", message[1])
+        assert ended.group(1) == "0", f"{self.user}'s terminal: `{line}` failed ({ended.group(1)}):\n{seen[-3000:]}"
+        self.ran.append(line)
+        return seen[:ended.start()]
+
+    def close(self) -> None:
+        self.socket.close()
 
 
 def autograded_points(names: list[str]) -> float:
@@ -259,17 +356,37 @@ def autograded_points(names: list[str]) -> float:
                if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
 
 
-def test_a_term_on_a_real_jupyterhub(hub, browser, output_path):
-    url, course, teacher_env, bin_ = hub
-    as_user(TEACHER, str(bin_ / "nbgrader"), "db", "student", "import", "roster.csv", cwd=course, env=teacher_env)
-    as_user(TEACHER, str(bin_ / "course"), "release", cwd=course, env=teacher_env)
-    as_user(TEACHER, str(bin_ / "nbgrader"), "release_assignment", "ch12", "--force", cwd=course, env=teacher_env)
+def written_points(names: list[str]) -> float:
+    """The points of the release's written answers in `names` (graded by hand)."""
+    return sum(float(cell.metadata["nbgrader"].get("points", 0)) for name in names
+               for cell in nbformat.read(RELEASE / name, as_version=4).cells
+               if cell.cell_type == "markdown" and cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+
+
+def summary(output: str) -> dict[str, str]:
+    """`course autograde`'s summary lines, by student."""
+    return {line.split()[0]: line for line in output.splitlines() if line.split() and line.split()[0] in ACCOUNTS}
+
+
+def test_a_term_on_a_jupyterhub_set_up_and_run_as_the_guide_says(machine, browser, output_path):
+    term = lines(steps()[5])
+    step = {word: next(machine.literal(line) for line in term if line.startswith(word)) for word in
+            ("cd ", "nbgrader db student", "course release", "nbgrader db assignment", "nbgrader collect",
+             "course autograde", "course feedback", "course grades")}
+    teacher = Browser(machine, TEACHER)
+    assert teacher.http.get(teacher.url("formgrader/api/assignments"), timeout=60).ok, "the staff get the formgrader"
+    desk = Terminal(teacher, machine.cert)
+    desk.run(step["cd "])
+    desk.run(step["nbgrader db student"])
+    desk.run(step["course release"])
+    desk.run(step["nbgrader db assignment"])
 
     answers = {ANN: {name: notebook(name, SOLUTIONS) for name in NOTEBOOKS},
                BOB: {name: notebook(name, SOLUTIONS if name < "03" else RELEASE) for name in NOTEBOOKS}}
-    learners = {user: Learner(browser, url, user) for user in answers}
+    learners = {user: Learner(browser, machine.hub, user) for user in answers}
+    sessions = {user: Browser(machine, user) for user in answers}  # the same users' files, saved as Lab saves
     for user, learner in learners.items():
-        session = Browser(url, user)  # the same user's files, saved the way Lab saves them
+        session = sessions[user]
         assert "@jupyter/nbgrader:create-assignment" in session.lab, "learners' Lab hides Create Assignment"
         assert session.http.get(session.url("formgrader"), timeout=60).status_code == 404, "no formgrader for learners"
         learner.click("Fetch")
@@ -281,49 +398,51 @@ def test_a_term_on_a_real_jupyterhub(hub, browser, output_path):
         screenshot(learner.page, output_path, f"hub-{user}-submitted.png")
         assert sorted(a["status"] for a in session.assignments()) == ["fetched", "submitted"], session.assignments()
 
-    as_user(TEACHER, str(bin_ / "nbgrader"), "collect", "ch12", "--update", cwd=course, env=teacher_env)
-    graded = as_user(TEACHER, str(bin_ / "course"), "autograde", "--jobs", "2", cwd=course, env=teacher_env)
-    assert ANN in graded.stdout and BOB in graded.stdout
+    desk.run(step["nbgrader collect"])
+    graded = summary(desk.run(step["course autograde"]))
+    assert {ANN, BOB, CARL} <= set(graded) and "No submission." in graded[CARL], graded
+    assert "Late" not in graded[ANN] + graded[BOB], "handed in before the deadline"
 
-    teacher = Browser(url, TEACHER)
-    assignments = teacher.http.get(teacher.url("formgrader/api/assignments"), timeout=60)
-    assert assignments.ok and "ch12" in assignments.text, "the instructor gets the formgrader"
-    submitted = teacher.http.get(teacher.url("formgrader/api/submitted_notebooks/ch12/01_claims"), timeout=60).json()
+    submitted = teacher.get("formgrader/api/submitted_notebooks/ch12/01_claims")
     ann_notebook = next(s for s in submitted if s["student"] == ANN)
-    grades = teacher.http.get(teacher.url(f"formgrader/api/grades?submission_id={ann_notebook['id']}"), timeout=60).json()
-    written = next(g for g in grades if g["needs_manual_grade"])
-    context, page = log_in(browser, url, TEACHER, "formgrader")  # `make formgrader`'s page, through the hub
+    written = next(g for g in teacher.get(f"formgrader/api/grades?submission_id={ann_notebook['id']}")
+                   if g["needs_manual_grade"])
+    context, page = log_in(browser, machine.hub, TEACHER, "formgrader")  # formgrader's page, through the hub
     page.goto(teacher.url(f"formgrader/submissions/{ann_notebook['id']}/"), timeout=90_000)
     score = page.locator(f"input.score#{written['name']}")
     score.fill(f"{written['max_score']:g}")
     score.press("Tab")  # formgrader saves a score when its field changes
     deadline = time.monotonic() + 60
-    while teacher.http.get(teacher.url(f"formgrader/api/grade/{written['id']}"), timeout=60).json()["manual_score"] is None:
+    while teacher.get(f"formgrader/api/grade/{written['id']}")["manual_score"] is None:
         assert time.monotonic() < deadline, "formgrader did not save the written answer's score"
         time.sleep(0.5)
     screenshot(page, output_path, "hub-formgrader-graded.png")
     context.close()
 
-    # Bob hands in again, 03 answered too: collected with --update, graded by `course autograde` alone.
-    bob = Browser(url, BOB)
-    bob.save("03_leases.ipynb", notebook("03_leases.ipynb", SOLUTIONS))
+    # The deadline moved to now (step 6: the same command again); Bob hands in again, 03 answered too: late.
+    due = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    desk.run(step["nbgrader db assignment"].replace(DUE, due))
+    time.sleep(1)
+    sessions[BOB].save("03_leases.ipynb", notebook("03_leases.ipynb", SOLUTIONS))
     learners[BOB].click("Submit")
     deadline = time.monotonic() + 120
-    while sum(len(a.get("submissions", [])) for a in bob.assignments() if a["status"] == "submitted") < 2:
-        assert time.monotonic() < deadline, f"bob's second submission did not arrive: {bob.assignments()}"
+    while sum(len(a.get("submissions", [])) for a in sessions[BOB].assignments() if a["status"] == "submitted") < 2:
+        assert time.monotonic() < deadline, f"bob's second submission did not arrive: {sessions[BOB].assignments()}"
         time.sleep(1)
-    as_user(TEACHER, str(bin_ / "nbgrader"), "collect", "ch12", "--update", cwd=course, env=teacher_env)
-    regraded = as_user(TEACHER, str(bin_ / "course"), "autograde", "--jobs", "2", cwd=course, env=teacher_env)
-    assert f"were not graded again (`make autograde FORCE=1`, or --force, grades them again): {ANN}" in regraded.stdout
-    carl_line = next(line for line in regraded.stdout.splitlines() if line.startswith(CARL))
-    assert "No submission." in carl_line, regraded.stdout
 
-    as_user(TEACHER, str(bin_ / "course"), "feedback", cwd=course, env=teacher_env)
-    as_user(TEACHER, str(bin_ / "nbgrader"), "release_feedback", "ch12", cwd=course, env=teacher_env)
+    # The TA, in a terminal of their own: the same course folder, the same gradebook.
+    assistant = Terminal(Browser(machine, TA), machine.cert)
+    assistant.run(step["cd "])
+    assistant.run(step["nbgrader collect"])
+    regraded = assistant.run(step["course autograde"])
+    assert f"were not graded again (`make autograde FORCE=1`, or --force, grades them again): {ANN}" in regraded
+    again = summary(regraded)
+    assert set(again) == {BOB, CARL} and "No submission." in again[CARL], regraded
+    assert re.search(r"Late by (\d+ h )?\d+ min \(no penalty\)\.", again[BOB]), regraded
+    assistant.run(step["course feedback"])
     for user, learner in learners.items():
         learner.page.reload()  # the panel lists what the exchange holds when it opens
-        learner.page.locator("#jp-MainMenu .lm-MenuBar-item", has_text="Nbgrader").click(timeout=120_000)
-        learner.page.locator(".lm-Menu-itemLabel", has_text="Assignment List").click()
+        learner.open_panel()
         learner.click("Fetch Feedback")
         feedback = Path(pwd.getpwnam(user).pw_dir) / "ch12" / "feedback"
         deadline = time.monotonic() + 60
@@ -331,18 +450,41 @@ def test_a_term_on_a_real_jupyterhub(hub, browser, output_path):
             time.sleep(0.5)
         screenshot(learner.page, output_path, f"hub-{user}-feedback.png")
         learner.context.close()
-    exported = Path(pwd.getpwnam(TEACHER).pw_dir) / "grades.csv"
-    as_user(TEACHER, str(bin_ / "course"), "grades", "--output", str(exported), cwd=course, env=teacher_env)
-    with open(exported, newline="") as handle:
-        scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
+    desk.run(step["course grades"])
+    assert {machine.literal(line) for line in term} <= set(desk.ran) | set(assistant.ran), "every command of step 6 ran"
+    desk.close()
+    assistant.close()
+
+    course = machine.path("/srv/ch12")
+    with open(course / "grades.csv", newline="") as handle:
+        exported = {row["student_id"]: row for row in csv.DictReader(handle)}
     everything, bobs = autograded_points(NOTEBOOKS), autograded_points([n for n in NOTEBOOKS if n < "04"])
-    assert scores == {ANN: everything + written["max_score"], BOB: bobs, CARL: 0.0}, scores
+    assert {s: float(row["score"]) for s, row in exported.items()} == \
+        {ANN: everything + written["max_score"], BOB: bobs, CARL: 0.0}, exported
+    assert exported[BOB]["timestamp"] > exported[BOB]["duedate"] > exported[ANN]["timestamp"], exported
+    # What still waits: the written answers each wrote (less Ann's one graded in formgrader, above; one left as
+    # released scores 0 at once), and the checks of the notebooks each left unanswered.
+    waiting = {user: float(exported[user]["by_hand"]) for user in (ANN, BOB)}
+    assert waiting == {ANN: written_points(NOTEBOOKS) - written["max_score"],
+                       BOB: written_points([n for n in NOTEBOOKS if n < "04"])}, waiting
+    unanswered = {user: {part.split("/")[0] + ".ipynb" for part in exported[user]["failed"].split()} for user in (ANN, BOB)}
+    assert unanswered == {ANN: {n.name for n in RELEASE.glob("*.ipynb")} - set(NOTEBOOKS),
+                          BOB: {n.name for n in RELEASE.glob("*.ipynb") if n.name >= "04"}}, unanswered
+
+    # Formgrader on the hub reads the same gradebook, on the server (there is no gradebook.db): the due
+    # date, Bob's late submission, the hand grade given in its page.
+    assert not (course / "gradebook.db").exists(), "a gradebook file was made beside the server's"
+    assignment = teacher.get("formgrader/api/assignment/ch12")
+    handed = {s["student"]: s for s in teacher.get("formgrader/api/submissions/ch12")}
+    assert handed[BOB]["timestamp"] > assignment["duedate"] > handed[ANN]["timestamp"], (assignment, handed)
+    assert teacher.get(f"formgrader/api/grade/{written['id']}")["manual_score"] == written["max_score"]
 
     for user, other in ((ANN, BOB), (BOB, ANN)):
         home = Path(pwd.getpwnam(user).pw_dir)
         mine = sorted(p.name for p in (home / "ch12" / "feedback").rglob("*.html"))
         assert mine == sorted(p.name.replace(".ipynb", ".html") for p in RELEASE.glob("*.ipynb")), (user, mine)
-        for target in (Path(pwd.getpwnam(other).pw_dir) / "ch12" / "01_claims.ipynb", course / "gradebook.db",
-                       Path(teacher_env["COURSE_EXCHANGE"]) / COURSE_ID / "inbound"):
-            denied = as_user(user, "ls", "-l", str(target), cwd=Path("/"), env={"PATH": "/usr/bin:/bin"}, check=False)
+        for target in (Path(pwd.getpwnam(other).pw_dir) / "ch12" / "01_claims.ipynb", course / "submitted",
+                       machine.path("/srv/nbgrader/exchange") / COURSE_ID / "inbound"):
+            denied = subprocess.run([RUNUSER, "-u", user, "--", "ls", "-l", str(target)], capture_output=True,
+                                    text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, cwd="/")
             assert denied.returncode != 0 and "Permission denied" in denied.stderr, (user, target, denied.stdout)

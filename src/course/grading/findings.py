@@ -33,6 +33,9 @@ SAID = {
     "grading_error": "met a grading error, not a mistake of theirs (grade it again)",
 }
 NAMES = tuple(SAID)
+# Not a finding of the student's: the grader's own note on a check it decided without the sandbox (by instructor
+# decision), which makes the report mark the whole student UNSANDBOXED from the autograded notebooks alone.
+UNSANDBOXED = "unsandboxed"
 KEY = "course_findings"  # a cell's metadata: the findings DecideByJudge stored, a sorted list of NAMES
 
 ERRNOS = {errno.EROFS: "sandbox_denials", errno.EACCES: "sandbox_denials", errno.EPERM: "sandbox_denials",
@@ -69,18 +72,20 @@ def known(data: Any) -> list[str]:
     return sorted({name for name in data if name in NAMES}) if isinstance(data, (list, tuple, set)) else []
 
 
-def mark(cell: Any, found: Any) -> None:
+def mark(cell: Any, found: Any, unsandboxed: bool = False) -> None:
     """Store `found` in the cell's metadata (nothing when there is none), replacing what was there:
-    a submitted notebook may hold anything, this key included."""
-    names = known(found)
+    a submitted notebook may hold anything, this key included. `unsandboxed`: the grader's note, which
+    `found` (from a learner process, say) cannot carry."""
+    names = known(found) + ([UNSANDBOXED] if unsandboxed else [])
     cell.setdefault("metadata", {}).pop(KEY, None)
     if names:
         cell["metadata"][KEY] = names
 
 
 def of_cell(cell: Any) -> list[str]:
-    """The findings DecideByJudge stored in a cell of an autograded notebook."""
-    return known(cell.get("metadata", {}).get(KEY))
+    """The findings DecideByJudge stored in a cell of an autograded notebook (its UNSANDBOXED note included)."""
+    stored = cell.get("metadata", {}).get(KEY)
+    return known(stored) + ([UNSANDBOXED] if isinstance(stored, list) and UNSANDBOXED in stored else [])
 
 
 # --- writes the system refused, while a learner's cell ran ---------------------------------------

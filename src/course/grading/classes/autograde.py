@@ -5,31 +5,16 @@ worker; the coordinator records each outcome as it arrives (course.grading.class
 """
 
 import os
-import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from course.grading.classes import report as integrity
-from course.grading.nbgrader.commands import ASSIGNMENT, NbgraderError, check_gradebook, record_assignment
+from course.grading.classes.report import StudentResult
+from course.grading.nbgrader.commands import (
+    ASSIGNMENT, NbgraderError, check_gradebook, check_not_left_behind, record_assignment,
+)
 from course.grading.nbgrader.gradebook import alembic_on_path, complete_creation, db_url, quiet_gradebook
 from course.grading.sandbox import private
 from course.grading.sandbox.bubblewrap import ensure_available
-
-
-@dataclass
-class StudentResult:
-    """One student's autograde outcome as recorded in the gradebook."""
-
-    student: str
-    score: float
-    max_score: float
-    # "notebook/grade_id" of a part that scored 0 because its notebook did not run to the end
-    # (time limit, a learner process that ended), mapped to why.
-    reasons: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    findings: dict[str, int] = field(default_factory=dict)  # integrity.findings: what the grader saw
-    sandboxed: bool = True
-    by_hand: float = 0.0  # points formgrader flags as needing manual grading (new, or graded before a regrade)
 
 
 def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="grading-report.csv", jobs=None,
@@ -41,15 +26,15 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
     process alone records, one student at a time, each after checking the gradebook against the
     release. Without `force`, a submission the gradebook already holds is skipped, and said so,
     unless it is newer (nbgrader's rule: a later timestamp.txt, as `nbgrader collect --update` writes
-    for a resubmission). Prints the summary read back from the gradebook, merges it into `report`
-    (every student ever graded, the latest line each), and returns a StudentResult per student graded now.
+    for a resubmission). Prints the summary read back from the gradebook (the roster's students who
+    handed nothing in included), writes `report` again from the gradebook (course.grading.classes.report),
+    and returns a StudentResult per student graded now.
     """
     from course.grading.classes import coordinator
 
     root = Path(root).resolve()
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
     students = sorted(p.parent.name for p in submitted.glob(f"*/{ASSIGNMENT}") if p.is_dir())
-    handed_in = set(students)
     missing = sorted(set(only) - set(students))
     if missing:
         raise NbgraderError(f"no submission of {ASSIGNMENT} from {', '.join(missing)} in {submitted}")
@@ -61,6 +46,7 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
     alembic_on_path()
     quiet_gradebook()
     url = db_url(root)
+    check_not_left_behind(root, url)
     if complete_creation(url):
         print("The gradebook was left half-made by an earlier run (nbgrader could not find `alembic`): "
               "its schema version is now recorded.")
@@ -77,30 +63,21 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
     finally:
         workers.close()
         private.close()  # what this process kept for grading (the assignment's scratch copy)
-    results = _read_back(url, sorted(results, key=lambda r: r.student))
-    # The roster's students who handed nothing in: listed with 0, as nbgrader's export lists them.
-    absent = [] if only else _read_back(url, [StudentResult(student, 0.0, 0.0, {"*": NO_SUBMISSION})
-                                              for student in _absent(url, handed_in)])
-    print("\n".join(integrity.report_lines(sorted(results + absent, key=lambda r: r.student))))
+    # The whole class as the gradebook holds it now, with what this run alone knows: its seconds, and why a
+    # student could not be graded.
+    rows = {row.student: row for row in integrity.read_class(root, url, submitted)}
+    for result in results:
+        row = rows.setdefault(result.student, result)
+        row.seconds, row.reasons = result.seconds, {**row.reasons, **result.reasons}
+    graded = {r.student for r in results}
+    shown = [row for student, row in sorted(rows.items()) if student in graded or
+             (not only and row.reasons.get("*") == integrity.NO_SUBMISSION)]
+    print("\n".join(integrity.report_lines(shown)))
     if skipped:
         print(f"{len(skipped)} student(s) already in the gradebook, with no newer submission, were not graded "
               f"again (`make autograde FORCE=1`, or --force, grades them again): {', '.join(skipped)}")
-    current = _read_back(url, [StudentResult(student, 0.0, 0.0) for student in skipped])
-    integrity.write_report(root / report, results + absent, current)
-    return results
-
-
-NO_SUBMISSION = "no submission"
-
-
-def _absent(url, handed_in: set[str]) -> list[str]:
-    """The students the gradebook holds (the roster: `nbgrader db student add` or `import`) with no
-    submission of the assignment, neither recorded nor in submitted/."""
-    from nbgrader.api import Gradebook
-
-    with Gradebook(url) as gb:
-        recorded = {s.student.id for s in gb.find_assignment(ASSIGNMENT).submissions}
-        return sorted({student.id for student in gb.students} - recorded - handed_in)
+    integrity.write_report(root / report, rows.values())
+    return [rows[r.student] for r in sorted(results, key=lambda r: r.student)]
 
 
 def _up_to_date(url, submitted: Path, students: list[str]) -> list[str]:
@@ -115,41 +92,11 @@ def _up_to_date(url, submitted: Path, students: list[str]) -> list[str]:
     for student in students:
         if student not in held:
             continue
-        newer = _timestamp(submitted, student)
+        newer = integrity.handed_in_at(submitted, student)
         if newer is not None and held[student] is not None and newer > held[student]:
             continue
         current.append(student)
     return current
-
-
-def _timestamp(submitted: Path, student: str):
-    """submitted/<student>/ch12/timestamp.txt (what nbgrader's collect writes), as nbgrader reads it.
-    A submission could have named it: each step is opened without following a link, and only a
-    regular file is read, 200 bytes at most. None when it is missing, anything else, or no time (the
-    gradebook's is then taken as current)."""
-    from nbgrader.utils import parse_utc
-
-    opened = []
-    try:
-        where = os.open(submitted, os.O_RDONLY | os.O_DIRECTORY)
-        opened.append(where)
-        for step in (student, ASSIGNMENT):
-            where = os.open(step, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=where)
-            opened.append(where)
-        stamp = os.open("timestamp.txt", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=where)
-        opened.append(stamp)
-        if not stat.S_ISREG(os.fstat(stamp).st_mode):
-            return None
-        text = os.read(stamp, 200).decode(errors="replace").strip()
-    except OSError:
-        return None
-    finally:
-        for descriptor in opened:
-            os.close(descriptor)
-    try:
-        return parse_utc(text)
-    except (ValueError, OverflowError, TypeError):
-        return None
 
 
 def _grade_and_record(workers, assignment, submissions, sandbox, root, url, progress):
@@ -179,23 +126,3 @@ def _grade_and_record(workers, assignment, submissions, sandbox, root, url, prog
 def _one_line(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}".strip().splitlines()
     return text[0][:300] if text else type(error).__name__
-
-
-def _read_back(url, results):
-    """Each student's score, maximum and points still to grade by hand, as the gradebook holds them."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    with Gradebook(url) as gb:
-        maximum = gb.find_assignment(ASSIGNMENT).max_score
-        for result in results:
-            try:
-                submission = gb.find_submission(ASSIGNMENT, result.student)
-            except MissingEntry:
-                result.score, result.max_score = 0.0, maximum
-                continue
-            result.score, result.max_score = submission.score, submission.max_score
-            # What formgrader flags: an answer never graded by hand, or one graded by hand before this
-            # grading (nbgrader asks for it to be looked at again: the answer may have changed).
-            result.by_hand = float(sum(g.max_score for nb in submission.notebooks for g in nb.grades
-                                       if g.needs_manual_grade))
-    return results

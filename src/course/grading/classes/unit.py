@@ -60,7 +60,9 @@ def grade(assignment: Assignment, submission: Submission, sandbox: bool = True) 
                                  for p in sorted(autograded.rglob("*")) if p.is_file()}
     outcome.update(student=submission.student, assignment=assignment.name, sandboxed=sandbox,
                    seconds=round(time.monotonic() - start, 1))
-    outcome["report"] = integrity.reason(SimpleNamespace(**outcome))  # the integrity report's sentence
+    outcome["report"] = integrity.reason(integrity.StudentResult(  # the integrity report's sentence
+        submission.student, outcome["score"], outcome["max_score"], outcome["reasons"], findings=outcome["findings"],
+        sandboxed=sandbox))
     return outcome
 
 
@@ -190,6 +192,7 @@ def _config(root: Path, assignment: str, student: str, notebook: str):
     config.CourseDirectory.assignment_id = assignment
     config.CourseDirectory.student_id = student
     config.CourseDirectory.notebook_id = notebook
+    config.Autograde.post_convert_hook = None  # the coordinator writes the class's report, from the real gradebook
     return config
 
 

@@ -85,17 +85,57 @@ def feedback(root=REPO_ROOT):
 
 
 def export_grades(path="grades.csv", root=REPO_ROOT):
-    """Export the gradebook to CSV at `path` (relative to the caller's directory), sorted by student."""
+    """Export the gradebook to CSV at `path` (relative to the caller's directory), sorted by student:
+    nbgrader's columns (its timestamp, duedate and late penalty included), and for each student the
+    points still to grade by hand and the checks short of their points. grading-report.csv is written
+    again from the same gradebook (hand grades given in formgrader since change both)."""
+    from course.grading.classes.report import printable, refresh
+
     path = Path(path).resolve()
     run_nbgrader(root, "export", "--to", str(path))
+    lines = {row.student: row for row in refresh(Path(root))}
     with open(path, newline="") as handle:
         reader = csv.DictReader(handle)
         fields, rows = reader.fieldnames or [], sorted(reader, key=lambda row: (row.get("student_id", ""), row.get("assignment", "")))
+    for row in rows:
+        line = lines.get(row.get("student_id", ""))
+        row["by_hand"] = line.by_hand if line else 0.0
+        row["failed"] = " ".join(printable(part) for part in line.failed) if line else ""
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer = csv.DictWriter(handle, fieldnames=[*fields, "by_hand", "failed"])
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def check_not_left_behind(root, url):
+    """Refuse to start grading into a server's gradebook that holds no grades while gradebook.db in
+    the course folder does: nbgrader has no way to carry grades from one database to another, and
+    the hand grades given in formgrader exist nowhere else."""
+    local = Path(root) / "gradebook.db"
+    if url.startswith("sqlite") or not local.is_file():
+        return
+    with closing(sqlite3.connect(f"file:{local}?mode=ro", uri=True)) as db:
+        try:
+            students = db.execute("SELECT count(*) FROM submitted_assignment").fetchone()[0]
+            by_hand = db.execute("SELECT count(*) FROM grade WHERE manual_score IS NOT NULL").fetchone()[0]
+        except sqlite3.Error:
+            return  # not a gradebook nbgrader made
+    if not students:
+        return
+    from nbgrader.api import Gradebook, SubmittedAssignment
+    from sqlalchemy.engine import make_url
+
+    with Gradebook(url) as gb:
+        if gb.db.query(SubmittedAssignment).first() is not None:
+            return
+    server = make_url(url).render_as_string(hide_password=True)
+    raise NbgraderError(
+        f"{local} holds the grades of {students} student(s), {by_hand} of them answers graded by hand, and the "
+        f"gradebook at {server} holds none: grading into it would leave them all behind (nbgrader cannot carry "
+        f"grades between databases). Keep grading into gradebook.db (unset COURSE_DB_URL or --db-url), or move "
+        f"the file aside (mv gradebook.db gradebook-before-server.db) to grade every submission again into the "
+        f"server; the hand grades must then be given again in formgrader.")
 
 
 def check_gradebook(root):

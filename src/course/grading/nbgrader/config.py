@@ -1,6 +1,7 @@
 """The course's nbgrader settings, built from a root path so tests can grade a toy course."""
 
 import os
+import stat
 from pathlib import Path
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
@@ -27,6 +28,18 @@ def exchange_root(root: Path) -> str:
     return os.environ.get(EXCHANGE_VARIABLE) or str(Path(root).resolve() / "exchange")
 
 
+def report_after_each_student(root: Path):
+    """nbgrader's post_convert_hook: the report written again, the student just graded read afresh
+    (named by the notebooks' folder, submitted/<student>/<assignment>/: the ids nbgrader passes may be globs)."""
+    def hook(assignment, student, notebooks):
+        from course.grading.classes.report import refresh
+
+        graded = {Path(path).parent.parent.name for path in notebooks if Path(path).parent.name == ASSIGNMENT}
+        if graded:
+            refresh(root, only=sorted(graded))
+    return hook
+
+
 def configure(c, root):
     """Fill the traitlets config `c` for the course rooted at `root`."""
     root = Path(root).resolve()
@@ -38,6 +51,9 @@ def configure(c, root):
     c.CourseDirectory.source_directory = "solutions"
     c.CourseDirectory.release_directory = "notebooks"
     c.CourseDirectory.db_url = db_url(root)  # gradebook.db here, or the server named by COURSE_DB_URL
+    # A course folder with its group bit (g+s: the guide's staff group on a hub) is shared by the staff:
+    # what nbgrader writes there, and in the exchange, stays theirs to change.
+    c.CourseDirectory.groupshared = root.is_dir() and bool(root.stat().st_mode & stat.S_ISGID)
     # Stray run artefacts must not reach the release (or the feedback folder); paired .py
     # files (jupytext) would carry the solutions.
     c.CourseDirectory.ignore = [
@@ -74,6 +90,8 @@ def configure(c, root):
         StartChecks, DecideByJudge, MakeInert, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
         SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
     ]
+    # Plain `nbgrader autograde` keeps grading-report.csv as `course autograde` does: after each student.
+    c.Autograde.post_convert_hook = report_after_each_student(root)
     c.StartChecks.timeout = 60  # one check, once its learner process has run the notebook's cells (05's: ~10 s)
     # Feedback HTML is rendered from the autograded notebook, which holds no hidden region (StripHiddenTests).
     c.GenerateFeedback.preprocessors = [GetGrades, MarkUngraded, CSSHTMLHeaderPreprocessor, WrapLongLines]

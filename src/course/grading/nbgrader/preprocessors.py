@@ -159,7 +159,7 @@ class DecideByJudge(NbGraderPreprocessor):
                 continue
             if grade_id in verdicts and decided_outside(cell):
                 cell.outputs = verdict_outputs(verdicts[grade_id])
-                findings.mark(cell, verdicts[grade_id].get("findings"))
+                findings.mark(cell, verdicts[grade_id].get("findings"), unsandboxed=sandbox_disabled())
             elif observation(cell):
                 cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=OBSERVATION_NOT_RERUN)]
             elif learners_code(cell):
