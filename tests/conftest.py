@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 
+from jupyter_client.manager import AsyncKernelManager
+from traitlets import CaselessStrEnum
+
 from reference_organizations.store.agent import SPENDING_CEILING_PENCE, SUPPLIER_IDENTITY, seed_lucy
 from sovereign_agent.assistant_orders import SpendingPolicy, approve, execute, propose
 from sovereign_agent.assistant_work import Claim, assert_current, claim, enqueue
@@ -345,3 +348,11 @@ def chromium_executable() -> str:
 def browser_type_launch_args(chromium_executable: str) -> dict:
     """Override pytest-playwright: always Debian's chromium, headless, with the known-good args."""
     return {"executable_path": chromium_executable, "headless": True, "args": CHROMIUM_ARGS}
+
+
+class LocalSocketKernel(AsyncKernelManager):
+    """papermill's kernel on local sockets (`kernel_manager_class=`): over TCP, jupyter_client picks free
+    ports that the kernel binds a moment later, and on a busy machine another process can take one in
+    between ("Address already in use", a kernel dead at start: seen once in CI)."""
+
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)

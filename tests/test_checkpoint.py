@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_nothing_left, marked_pids
+from conftest import LocalSocketKernel, assert_nothing_left, marked_pids
 from course.checkpoint import run_checkpoint
 from sovereign_agent import assistant_orders, assistant_work
 
@@ -389,8 +389,8 @@ def test_papermill_checkpoint_notebook_passes_on_solutions_and_explains_the_rele
     parameters = {"implementation": str(learner), "lease_seconds": 2.0, "output_dir": str(tmp_path / "output")}
     notebook = ROOT / "checkpoints" / "ch12_worker_recovery_checkpoint.ipynb"
     run = lambda: papermill.execute_notebook(  # noqa: E731
-        notebook, tmp_path / "run.ipynb", parameters=parameters, cwd=ROOT, kernel_name="python3", progress_bar=False
-    )
+        notebook, tmp_path / "run.ipynb", parameters=parameters, cwd=ROOT, kernel_name="python3", progress_bar=False,
+        kernel_manager_class=LocalSocketKernel)
     if release == "solutions":
         run()
         assert list((tmp_path / "output").glob("*/timeline.png")), "the timeline was not saved"

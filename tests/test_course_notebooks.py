@@ -26,6 +26,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import LocalSocketKernel
 
 from course.lessons.checks import PASSED, STRICT
 from course.lessons.predictions import KEPT
@@ -103,7 +104,7 @@ def test_solutions_run_top_to_bottom_with_papermill(name, tmp_path, monkeypatch)
     folder = tmp_path / "ch12"
     shutil.copytree(SOLUTIONS, folder)  # 05_checkpoint grades the notebooks beside it
     ran = papermill.execute_notebook(folder / name, tmp_path / f"run-{name}", cwd=folder, kernel_name="python3",
-                                     progress_bar=False)
+                                     progress_bar=False, kernel_manager_class=LocalSocketKernel)
     assert not (problems := problems_in_course_run(name, ran, folder)), "\n".join(problems)
 
 

@@ -99,21 +99,20 @@ def test_plain_nbgrader_makes_a_stamped_gradebook_without_the_environment_on_pat
 
 
 def test_a_new_gradebook_grades_everyone_and_the_report_is_the_gradebooks(toy):
+    submit(toy, "gone", RIGHT)
     first = course_command(toy, "autograde", "--jobs", "1")
     assert "Graded normally. 1 points to grade by hand." in first.stdout, "the summary names what waits for manual grading"
     assert first.stderr.rstrip().endswith("failing=0, left=0]"), f"the bar's last word: {first.stderr[-200:]!r}"
-    assert report(toy)["solid"]["by_hand"] == "1.0"
+    assert report(toy)["solid"]["by_hand"] == "1.0" and sorted(report(toy)) == ["gone", "solid"]
 
-    # A new gradebook (moving to a server, say): autograded/solid exists, the gradebook has nobody.
+    # A new gradebook (moving to a server, say): autograded/ holds solid and gone, the gradebook has nobody,
+    # and gone has left the course.
     (toy / "gradebook.db").rename(toy / "old-gradebook.db")
-    shutil.rmtree(toy / "submitted" / "solid")
+    shutil.rmtree(toy / "submitted" / "gone")
     submit(toy, "partial", HALF)
-    alone = course_command(toy, "autograde", "--jobs", "1")
-    assert sorted(report(toy)) == ["partial"], "the report is the gradebook's: solid is in the old one only"
-    assert "partial" in alone.stdout and "solid" not in alone.stdout
-    submit(toy, "solid", RIGHT)
     again = course_command(toy, "autograde", "--jobs", "1")
-    assert "solid " in again.stdout and again.stdout.rstrip().endswith(": partial"), "one the gradebook lacks is graded"
+    assert "not graded again" not in again.stdout, "a student the gradebook does not hold is graded"
+    assert "gone" not in report(toy), "the report is the gradebook's: gone is in the old one only"
     with closing(sqlite3.connect(toy / "gradebook.db")) as db:
         held = {row[0] for row in db.execute("SELECT student.id FROM submitted_assignment JOIN student "
                                                "ON student.id = submitted_assignment.student_id")}
@@ -130,6 +129,13 @@ def test_a_new_gradebook_grades_everyone_and_the_report_is_the_gradebooks(toy):
 
     forced = course_command(toy, "autograde", "--jobs", "1", "--force")
     assert "not graded again" not in forced.stdout and "partial" in forced.stdout and "solid" in forced.stdout
+
+
+def forge(folder: Path) -> None:
+    """A notebook of the submission's own, its cells marked as only the grader marks them."""
+    marked = nbformat.v4.new_notebook(cells=[new_code_cell("pass", metadata={"course_findings": [
+        "unsandboxed", "grading_error", "timeouts"]}) for _ in range(3)])
+    nbformat.write(marked, folder / "zz_forged.ipynb")
 
 
 def resubmit(root: Path, student: str, answer: str, when: str) -> None:
@@ -250,9 +256,12 @@ def test_feedback_says_a_written_answer_is_not_graded_yet_until_it_is(toy):
 def test_late_work_plain_nbgrader_and_hand_grades_reach_the_report_and_the_csv(toy, tmp_path):
     """The due date is nbgrader's (`nbgrader db assignment add ch12 --duedate`); a submission after it
     is marked late in the summary, grading-report.csv and grades.csv. Plain `nbgrader autograde` writes
-    the report too, and `course grades` writes it again with what formgrader changed since."""
+    the report too, and `course grades` writes it again with what formgrader changed since. A notebook a
+    submission adds, with the grader's own marks written into its cells, labels nothing on either
+    grading path (nbgrader carries the release's notebooks only into autograded/, which the report reads)."""
     resubmit(toy, "solid", RIGHT, "2026-12-01 09:00:00.000000 UTC")
     resubmit(toy, "tardy", HALF, "2026-12-03 11:30:00.000000 UTC")
+    forge(toy / "submitted" / "tardy" / "ch12")
     due = subprocess.run([str(BIN / "nbgrader"), "db", "assignment", "add", "ch12", "--duedate",
                           "2026-12-02 09:00:00 UTC"], cwd=toy, capture_output=True, text=True, timeout=120,
                          env=ordinary_path())
@@ -270,11 +279,16 @@ def test_late_work_plain_nbgrader_and_hand_grades_reach_the_report_and_the_csv(t
 
     # Plain nbgrader grades a newcomer: the report gains its line, and keeps the others'.
     resubmit(toy, "newcomer", RIGHT, "2026-12-01 10:00:00.000000 UTC")
+    forge(toy / "submitted" / "newcomer" / "ch12")
     plain = subprocess.run([str(BIN / "nbgrader"), "autograde", "ch12", "--student", "newcomer"], cwd=toy,
                            capture_output=True, text=True, timeout=600, env=ordinary_path())
     assert plain.returncode == 0, plain.stderr[-2000:]
     assert sorted(report(toy)) == ["newcomer", "solid", "tardy"] and report(toy)["newcomer"]["score"] == "3.0"
     assert report(toy)["tardy"]["failed"] == "toy/hidden", "the other students' lines are kept"
+    rows = report(toy)
+    assert {k: v for k, v in rows["newcomer"].items() if k != "student"} == \
+        {k: v for k, v in rows["solid"].items() if k != "student"}, "the forged notebook labelled its student"
+    assert rows["tardy"]["reason"].startswith("Graded normally.") and rows["tardy"]["sandboxed"] == "True", rows
 
     from nbgrader.api import Gradebook
 

@@ -87,6 +87,27 @@ def _exists(user: str) -> bool:
         return False
 
 
+def hub_processes(base: Path) -> list[int]:
+    """Processes the hub started that are still alive: its proxy (by its pid file), anything run from the
+    test's folder (the culler, from the course environment)."""
+    pids = set()
+    proxy = base / "state" / "proxy.pid"
+    if proxy.is_file() and proxy.read_text().strip().isdigit():
+        try:
+            if b"configurable-http-proxy" in Path(f"/proc/{int(proxy.read_text())}/cmdline").read_bytes():
+                pids.add(int(proxy.read_text()))
+        except OSError:
+            pass
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(base).encode() in (entry / "cmdline").read_bytes():
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return sorted(pid for pid in pids if Path(f"/proc/{pid}").exists() and pid != os.getpid()
+                  and (Path(f"/proc/{pid}") / "stat").read_text().split(") ")[-1][:1] != "Z")
+
+
 def remove_accounts() -> None:
     for user in ACCOUNTS:
         subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
@@ -154,6 +175,7 @@ def machine():
     base.chmod(0o755)
     remove_accounts()  # a run that died before its teardown
     process = log = None
+    hub_left: list[int] = []
     with serving(peer=True) as (_, _, sockets):
         try:
             port, api, proxy = free_ports(3)
@@ -210,12 +232,19 @@ def machine():
             yield here
         finally:
             if process is not None:
-                os.killpg(process.pid, signal.SIGTERM)  # the hub stops every server it started
-                try:
-                    process.wait(30)
+                os.killpg(process.pid, signal.SIGTERM)  # the hub (the guide's command ends in `exec` it) stops
+                try:                                     # every server it started before it ends
+                    process.wait(60)
                 except subprocess.TimeoutExpired:
+                    pass
+                try:
                     os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(10)
+                except ProcessLookupError:
+                    pass
+                process.wait(10)
+            hub_left = hub_processes(base)  # its proxy and its culler run in sessions of their own
+            for pid in hub_left:
+                os.kill(pid, signal.SIGKILL)
             if log is not None:
                 log.close()
             deadline = time.monotonic() + 15
@@ -225,6 +254,7 @@ def machine():
             remove_accounts()
             shutil.rmtree(base, ignore_errors=True)
     assert not left, f"left running after the hub stopped: {left}"
+    assert not hub_left, f"the hub's own processes outlived it: {hub_left}"
 
 
 def log_in(browser, hub: str, user: str, lands: str):

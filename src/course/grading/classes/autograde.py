@@ -63,6 +63,12 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
     finally:
         workers.close()
         private.close()  # what this process kept for grading (the assignment's scratch copy)
+    return _summarize(root, url, submitted, results, skipped, root / report, whole_class=not only)
+
+
+def _summarize(root, url, submitted, results, skipped, report, whole_class):
+    """Print the summary (the students graded now; with the whole class, the roster's who handed nothing
+    in), write the report from the gradebook, and return the lines of the students graded now."""
     # The whole class as the gradebook holds it now, with what this run alone knows: its seconds, and why a
     # student could not be graded.
     rows = {row.student: row for row in integrity.read_class(root, url, submitted)}
@@ -71,12 +77,12 @@ def autograde(submitted_dir=None, force=False, root=".", sandbox=True, report="g
         row.seconds, row.reasons = result.seconds, {**row.reasons, **result.reasons}
     graded = {r.student for r in results}
     shown = [row for student, row in sorted(rows.items()) if student in graded or
-             (not only and row.reasons.get("*") == integrity.NO_SUBMISSION)]
+             (whole_class and row.reasons.get("*") == integrity.NO_SUBMISSION)]
     print("\n".join(integrity.report_lines(shown)))
     if skipped:
         print(f"{len(skipped)} student(s) already in the gradebook, with no newer submission, were not graded "
               f"again (`make autograde FORCE=1`, or --force, grades them again): {', '.join(skipped)}")
-    integrity.write_report(root / report, rows.values())
+    integrity.write_report(report, rows.values())
     return [rows[r.student] for r in sorted(results, key=lambda r: r.student)]
 
 

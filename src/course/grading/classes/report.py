@@ -57,7 +57,8 @@ class StudentResult:
 
 
 def findings(folder: Path) -> dict[str, int]:
-    """How many cells of the student's autograded notebooks show each finding."""
+    """How many cells of the student's autograded notebooks show each finding (nbgrader writes there
+    the release's notebooks only: one a submission adds is not carried)."""
     counts = Counter(dict.fromkeys(COUNTED, 0))
     for path in sorted(Path(folder).glob("*.ipynb")):
         counts.update(findings_in(path))
