@@ -199,11 +199,13 @@ def feedback(root: Path) -> None:
 @COURSE_ROOT
 @DB_URL
 def grades(output: Path, root: Path) -> None:
-    """Export the gradebook as CSV, one row per student, sorted by student."""
+    """Export the gradebook as CSV, one row per student, sorted by student, with what still waits (and
+    write grading-report.csv again from the same gradebook)."""
+    from course.grading.classes import report
     from course.grading.nbgrader import commands
 
     with _one_sentence(commands.NbgraderError):
-        path = commands.export_grades(output, root=root)
+        path = report.export(output, Path(root))
     click.echo(f"Grades of the gradebook written to {path}.")
 
 

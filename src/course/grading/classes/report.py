@@ -25,13 +25,13 @@ from pathlib import Path
 import nbformat
 
 from course.grading import findings as found
+from course.grading.nbgrader.commands import ASSIGNMENT, export_grades
 from course.grading.printable import printable
 
 SAID = found.SAID
 COLUMNS = ["student", "score", "max_score", "by_hand", "late", "penalty", "sandboxed", *SAID, "failed", "reason"]
 COUNTED = (*found.NAMES, found.UNSANDBOXED)
 REPORT = "grading-report.csv"
-ASSIGNMENT = "ch12"
 NO_SUBMISSION = "no submission"
 NOT_GRADED = "handed in, not graded yet"
 NEWER = "a newer submission is not graded yet"
@@ -187,6 +187,31 @@ def handed_in_at(submitted: Path, student: str):
         return None
 
 
+def failed_checks(row: StudentResult) -> str:
+    """The checks short of their points, as one CSV field."""
+    return " ".join(printable(part) for part in row.failed)
+
+
+def export(path, root: Path) -> Path:
+    """`course grades`: nbgrader's export (its timestamp, duedate and late penalty included), with each
+    student's points still to grade by hand and checks short of their points; grading-report.csv is
+    written again from the same gradebook (hand grades given in formgrader since change both)."""
+    path = export_grades(path, root=root)
+    lines = {row.student: row for row in refresh(Path(root))}
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields, rows = reader.fieldnames or [], list(reader)
+    for row in rows:
+        line = lines.get(row.get("student_id", ""))
+        row["by_hand"] = line.by_hand if line else 0.0
+        row["failed"] = failed_checks(line) if line else ""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*fields, "by_hand", "failed"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def write_report(path: Path, rows) -> Path:
     """The CSV at `path`, one line per student in `rows` (the whole class, as `read_class` gives it)."""
     with open(path, "w", newline="") as handle:
@@ -196,7 +221,7 @@ def write_report(path: Path, rows) -> Path:
             writer.writerow({"student": printable(r.student), "score": r.score, "max_score": r.max_score,
                              "by_hand": r.by_hand, "late": round(r.late), "penalty": r.penalty,
                              "sandboxed": r.sandboxed, **{name: r.findings.get(name, 0) for name in SAID},
-                             "failed": " ".join(printable(part) for part in r.failed), "reason": reason(r)})
+                             "failed": failed_checks(r), "reason": reason(r)})
     return path
 
 

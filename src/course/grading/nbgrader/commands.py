@@ -85,24 +85,14 @@ def feedback(root=REPO_ROOT):
 
 
 def export_grades(path="grades.csv", root=REPO_ROOT):
-    """Export the gradebook to CSV at `path` (relative to the caller's directory), sorted by student:
-    nbgrader's columns (its timestamp, duedate and late penalty included), and for each student the
-    points still to grade by hand and the checks short of their points. grading-report.csv is written
-    again from the same gradebook (hand grades given in formgrader since change both)."""
-    from course.grading.classes.report import printable, refresh
-
+    """Export the gradebook to CSV at `path` (relative to the caller's directory), sorted by student."""
     path = Path(path).resolve()
     run_nbgrader(root, "export", "--to", str(path))
-    lines = {row.student: row for row in refresh(Path(root))}
     with open(path, newline="") as handle:
         reader = csv.DictReader(handle)
         fields, rows = reader.fieldnames or [], sorted(reader, key=lambda row: (row.get("student_id", ""), row.get("assignment", "")))
-    for row in rows:
-        line = lines.get(row.get("student_id", ""))
-        row["by_hand"] = line.by_hand if line else 0.0
-        row["failed"] = " ".join(printable(part) for part in line.failed) if line else ""
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*fields, "by_hand", "failed"])
+        writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
     return path
