@@ -46,13 +46,15 @@ def submission(name: str, replace: dict[str, str] | None = None, extra: list[str
 
 
 def verdicts(name: str, replace: dict[str, str] | None = None, only: set[str] | None = None,
-             timeout: float = 120, extra: list[str] = ()) -> dict[str, dict]:
-    """{test grade_id: verdict} for notebook `name` with the solution's answers, `replace`d."""
-    return verdicts_at_once(name, {"": replace or {}}, only, timeout, extra)[""]
+             timeout: float = 120, extra: list[str] = (), missing: set[str] = frozenset()) -> dict[str, dict]:
+    """{test grade_id: verdict} for notebook `name` with the solution's answers, `replace`d (and the
+    notebooks `missing` left out of the submission)."""
+    return verdicts_at_once(name, {"": replace or {}}, only, timeout, extra, missing)[""]
 
 
 def verdicts_at_once(name: str, submissions: dict[str, dict[str, str]], only: set[str] | None = None,
-                     timeout: float = 120, extra: list[str] = ()) -> dict[str, dict[str, dict]]:
+                     timeout: float = 120, extra: list[str] = (),
+                     missing: set[str] = frozenset()) -> dict[str, dict[str, dict]]:
     """`verdicts` of several submissions ({label: replace}) of notebook `name`, all their checks
     started together, as a class is graded: they overlap, and the whole takes far less time."""
     solution = json.loads((SOLUTIONS / name).read_text())
@@ -64,8 +66,9 @@ def verdicts_at_once(name: str, submissions: dict[str, dict[str, str]], only: se
         for number, (label, replace) in enumerate(submissions.items()):
             submitted = Path(folder) / str(number)
             submitted.mkdir()
-            for path in SOLUTIONS.glob("*.ipynb"):  # 05 grades the notebooks beside it
-                shutil.copy(path, submitted / path.name)
+            for path in SOLUTIONS.glob("*.ipynb"):  # 05 grades the notebooks beside it, 01b and 04b run 01's and 04's
+                if path.name not in missing:
+                    shutil.copy(path, submitted / path.name)
             (submitted / name).write_text(json.dumps(submission(name, replace, extra)))
             pending[label] = checks.start_checks({name: jobs}, submitted, RELEASE, timeout)[name]
         return {label: checks_of.results() for label, checks_of in pending.items()}
@@ -92,11 +95,14 @@ def score(name: str, answer_cell: str, source: str, test_cell: str) -> dict:
 def course_namespace(name: str, *grade_ids: str) -> dict:
     """The solution's setup cells of `name`, as the judge and the learner process run them, then the
     named cells of the solution (answers written as the model solution writes them)."""
+    import contextlib
+
     cells = json.loads((SOLUTIONS / name).read_text())["cells"]
     namespace: dict = {"__name__": "course_cells"}
-    for cell in cells:
-        if "setup" in cell["metadata"].get("tags", []):
-            exec(compile("".join(cell["source"]), "<setup>", "exec"), namespace)
+    with contextlib.chdir(SOLUTIONS):  # a second part's setup loads the saved first part beside it (04b: 04's)
+        for cell in cells:
+            if "setup" in cell["metadata"].get("tags", []):
+                exec(compile("".join(cell["source"]), "<setup>", "exec"), namespace)
     for cell in cells:
         if _grade_id(cell) in grade_ids:
             exec(compile("".join(cell["source"]), "<solution>", "exec"), namespace)

@@ -17,9 +17,11 @@ import nbformat
 
 from course.grading.classes.autograde import autograde
 from course.grading.nbgrader import commands
-from test_hostile_submissions import CLAIMS, SOLUTIONS, notebook, released_course, submit
+from test_hostile_submissions import SOLUTIONS, notebook, released_course, submit
 
-ANSWER_ID = "recall_expiry_is_not_death"  # 01_claims' written answer (markdown, graded by hand)
+# A notebook with checks (so the learner's code runs at grading and its outputs are shown) and a written answer.
+MARKED = "03_leases.ipynb"
+ANSWER_ID = "exercise_reuse_owner_label_logging"  # its written answer (markdown, graded by hand)
 HONEST = "An expired lease says only that the holder's bounded time is over"
 HONEST_ANSWER = f"""{HONEST}, not that the holder died: it may still be running, *slowly*.
 
@@ -85,9 +87,9 @@ DIAGRAM = f"<!doctype html><script>window.__pwned = 'submitted-file'; {TAKEOVER}
 
 
 def hostile_notebook() -> nbformat.NotebookNode:
-    """01_claims with the solutions' code answers, the hostile written answer, and the learner's
+    """03_leases with the solutions' code answers, the hostile written answer, and the learner's
     own code, markdown (with an attachment) and raw cells at the end."""
-    nb = notebook(CLAIMS, SOLUTIONS, {ANSWER_ID: HOSTILE_ANSWER}, [CODE_CELL])
+    nb = notebook(MARKED, SOLUTIONS, {ANSWER_ID: HOSTILE_ANSWER}, [CODE_CELL])
     added = nbformat.v4.new_markdown_cell(ADDED_MARKDOWN)
     added.attachments = {"picture.svg": {"image/svg+xml": base64.b64encode(SVG).decode()}}
     raw = nbformat.v4.new_raw_cell(RAW_HTML, metadata={"raw_mimetype": "text/html", "format": "text/html"})
@@ -96,12 +98,12 @@ def hostile_notebook() -> nbformat.NotebookNode:
 
 
 def graded_course(root: Path) -> Path:
-    """A toy course with 01_claims released, `hostile` and its honest twin `honest` submitted,
+    """A toy course with 03_leases released, `hostile` and its honest twin `honest` submitted,
     autograded (the real classes path, two at a time) and given feedback."""
     released_course(root)
-    submit(root, "hostile", {CLAIMS: hostile_notebook()})
+    submit(root, "hostile", {MARKED: hostile_notebook()})
     (root / "submitted" / "hostile" / "ch12" / "diagram.html").write_text(DIAGRAM)
-    submit(root, "honest", {CLAIMS: notebook(CLAIMS, SOLUTIONS, {ANSWER_ID: HONEST_ANSWER})})
+    submit(root, "honest", {MARKED: notebook(MARKED, SOLUTIONS, {ANSWER_ID: HONEST_ANSWER})})
     results = {r.student: r for r in autograde(root=root, jobs=2, progress=False)}
     assert set(results) == {"hostile", "honest"}
     commands.feedback(root=root)

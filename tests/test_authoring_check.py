@@ -133,7 +133,7 @@ def lease_left_answer(cells):
                 'passed("lease_left counts what is left of a live lease")\n', points=2, tags=["raises-exception"])
     answer.metadata["course"] = {"minutes": 10}  # a task: its minutes (the guide's "The cells.")
     test.metadata["course"] = {"misconception": None}  # a mistake of its own (the guide: "Adding or changing ...")
-    insert_after(cells, "test_exercise_stale_response_experiment", answer, test)
+    insert_after(cells, "test_exercise_reuse_owner_label", answer, test)
     cell(cells, "setup").source += "from sovereign_agent.records import lease_expiry\n"
 
 
@@ -165,8 +165,8 @@ MISTAKES = {  # mistake: (notebook, its change, the finding's notebook and cell,
                                 ['require_written(globals(), "order_may_leave")', "does not start with"]),
     "pass line removed": ("04_recovery", pass_line_removed, "04_recovery.ipynb test_order_to_continue",
                           ["does not end in `passed(", "cannot tell a pass from a cell that did not run"]),
-    "require_written short of a name": ("03_leases", require_written_short_of_a_name,
-                                        "03_leases.ipynb test_exercise_stale_response_experiment",
+    "require_written short of a name": ("03b_unfenced", require_written_short_of_a_name,
+                                        "03b_unfenced.ipynb test_exercise_stale_response_experiment",
                                         ["does not name `release_stale_response`"]),
     "answer name is a loop variable": ("03_leases", lease_left_answer, "03_leases.ipynb observe_order_may_leave",
                                        ["binds `lease_left`", "answer of cell `lease_left`"]),

@@ -3,7 +3,7 @@
 - every solutions notebook runs top to bottom once, with COURSE_STATED_FACTS=strict, and every fact its
   observations state holds (nobody predicts there: every experiment runs, and no prediction is kept):
   01-04 (LAB_NOTEBOOKS) with Run All in JupyterLab in chromium (tests/browser/test_lab.py::test_solutions_run_in_lab),
-  the others (05, 06, 07) with papermill, here;
+  the others (the second parts, 05, 06, 07) with papermill, here;
 - in either run no cell ends in an error, and every visible test passes and says so in its last line
   (`problems_in_course_run`, which both runs check); `nbgrader validate` (the learner's Validate) passes
   on the capstone;
@@ -61,9 +61,11 @@ def cells_by_id(path: Path) -> dict[str, nbformat.NotebookNode]:
     return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in cells if "nbgrader" in cell.metadata}
 
 
-def test_the_course_has_its_seven_notebooks():
-    assert NAMES == ["01_claims.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "04_recovery.ipynb", "05_checkpoint.ipynb",
-                     "06_explore.ipynb", "07_review.ipynb"]
+def test_the_course_has_its_twelve_notebooks():
+    """Seven topics; five of them in two parts, so that each notebook fits one sitting (tests/test_pacing.py)."""
+    assert NAMES == ["01_claims.ipynb", "01b_expiry.ipynb", "02_fencing.ipynb", "03_leases.ipynb", "03b_unfenced.ipynb",
+                     "04_recovery.ipynb", "04b_cancel.ipynb", "05_checkpoint.ipynb", "05b_crashes.ipynb",
+                     "06_explore.ipynb", "07_review.ipynb", "07b_recall.ipynb"]
     assert sorted(path.name for path in RELEASE.glob("*.ipynb")) == NAMES
 
 

@@ -25,12 +25,12 @@ from checked_answers import verdicts
 
 pytestmark = pytest.mark.slow
 
-NOTEBOOK = "04_recovery.ipynb"
+NOTEBOOK, PART_2 = "04_recovery.ipynb", "04b_cancel.ipynb"  # section 1's answer; exercise 2's (in 04b)
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "ch12" / NOTEBOOK
 
 
 def score(answer_cell: str, source: str, test_cell: str) -> dict:
-    return checked_answers.score(NOTEBOOK, answer_cell, source, test_cell)
+    return checked_answers.score(checked_answers.home(answer_cell), answer_cell, source, test_cell)
 
 
 # --- exercise 2, part A: predict the delayed completion -----------------------------------------
@@ -69,7 +69,8 @@ def test_a_wrong_prediction_loses_the_points(field, wrong):
 
 
 def _course_namespace(*grade_ids: str) -> dict:
-    return checked_answers.course_namespace(NOTEBOOK, *grade_ids)
+    """04's setup (04b's, for exercise 2's cells: it loads the saved 04's `order_to_continue`) and `grade_ids`."""
+    return checked_answers.course_namespace(checked_answers.home(grade_ids) if grade_ids else NOTEBOOK, *grade_ids)
 
 
 # --- exercise 2, part B: what recovery may do ----------------------------------------------------
@@ -303,7 +304,7 @@ def test_a_held_experiment_with_a_plausible_mistake_loses_the_points(source, sai
 
 def test_the_hold_is_forced_at_its_point_and_the_records_follow_cancels_rules():
     """No sleep: each point is reached in the same thread; the records are the runtime's."""
-    course = _course_namespace("order_to_continue", "cancel_while_delayed_experiment", "cancel_while_held")
+    course = _course_namespace("cancel_while_delayed_experiment", "cancel_while_held")
     started = time.monotonic()
     seen = {point: course["held_experiment"](course["cancel_while_held"], point)[1]
             for point in ("completion", "accepted", "lost")}
@@ -390,7 +391,7 @@ def test_the_chapters_own_listings_earn_every_point_not_tagged_beyond_chapter():
         pytest.skip(f"chapter listings not found at {LISTINGS}")
     listed = {node.name for entry in json.loads(LISTINGS.read_text())["listings"]
               for node in ast.parse(entry["code"]).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    cells = json.loads(SOLUTION.read_text())["cells"]
+    cells = [c for name in (NOTEBOOK, PART_2) for c in json.loads((SOLUTION.parent / name).read_text())["cells"]]
     answers = {node.name for c in cells if c["cell_type"] == "code" and c["metadata"].get("nbgrader", {}).get("solution")
                for node in ast.parse("".join(c["source"])).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     assert listed == {"Claim", "claim", "assert_current", "observe", "finish"}
@@ -401,7 +402,7 @@ def test_the_chapters_own_listings_earn_every_point_not_tagged_beyond_chapter():
         probe.complete([], [])
     from checked_answers import failed
 
-    assert failed(verdicts(NOTEBOOK)) == {}
+    assert failed(verdicts(NOTEBOOK)) == {} and failed(verdicts(PART_2)) == {}
 
 
 # --- issue 24: predictions before each stale write and each crash; a timeline in real seconds -------
@@ -412,8 +413,8 @@ def test_each_prediction_is_a_literal_that_earns_nothing_and_is_printed_beside_w
     import io
 
     monkeypatch.chdir(tmp_path)  # where the prediction is kept (.predictions.jsonl)
-    assert checked_answers.predictions(NOTEBOOK) == ["predicted_stale", "predicted_crash", "predicted_delivery",
-                                                     "predicted_money"]  # delivery: tests/test_observations_alone.py
+    assert checked_answers.predictions(NOTEBOOK) == ["predicted_stale", "predicted_crash", "predicted_delivery"]
+    assert checked_answers.predictions(PART_2) == ["predicted_money"]  # delivery: tests/test_observations_alone.py
     code = [c for c in json.loads(SOLUTION.read_text())["cells"] if c["cell_type"] == "code"]
     course = _course_namespace()
     course["predicted_stale"] = {"observe": "refused", "finish": "accepted", "execute": "refused"}

@@ -24,7 +24,7 @@ NOTEBOOK = "07_review.ipynb"
 
 
 def score(answer_cell: str, source: str, test_cell: str) -> dict:
-    return checked_answers.score(NOTEBOOK, answer_cell, source, test_cell)
+    return checked_answers.score(checked_answers.home(answer_cell), answer_cell, source, test_cell)
 
 
 def _course_namespace(*grade_ids: str) -> dict:
@@ -180,7 +180,7 @@ VOCABULARY_KEY = {"claim": "E", "lease": "C", "generation": "H", "fence": "A",
 
 def vocabulary_verdicts(source: str) -> dict:
     cells = {"test_vocabulary_format", "test_vocabulary_most", "test_vocabulary_all"}
-    return {cell: v["passed"] for cell, v in verdicts(NOTEBOOK, {"vocabulary": source}, only=cells).items()}
+    return {cell: v["passed"] for cell, v in verdicts("07b_recall.ipynb", {"vocabulary": source}, only=cells).items()}
 
 
 @pytest.mark.parametrize("source", [

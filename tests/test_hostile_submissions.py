@@ -100,7 +100,7 @@ def claim_calling_the_helper() -> str:
                   if c.metadata.get("nbgrader", {}).get("grade_id") == "claim")
     assert SOLVED_UPDATE in source
     return source.replace(SOLVED_UPDATE, "        generation = _take(connection, row, owner, now, ttl)")
-DATA_BUILT_BY_CALLS = {  # 04 and 07: data answers built by calls and comprehensions
+DATA_BUILT_BY_CALLS = {  # 04b, 07 and 07b: data answers built by calls and comprehensions
     "four_answers": 'four_answers = dict(zip(["health", "progress", "cancellation", "external"], "ACEG"))',
     "vocabulary": ('TERMS = "claim lease generation fence liveness progress recovery reconciliation".split()\n'
                    'vocabulary = {term: letter for term, letter in zip(TERMS, "ECHAGDBF")}'),
@@ -410,7 +410,8 @@ def stubs(name: str, *grade_ids: str) -> dict[str, str]:
 
 
 CLAIMS = "01_claims.ipynb"
-DATA_NOTEBOOKS = ("04_recovery.ipynb", "07_review.ipynb")  # where DATA_BUILT_BY_CALLS's answers are
+# Where DATA_BUILT_BY_CALLS's answers are, and 04, whose saved `order_to_continue` 04b runs.
+DATA_NOTEBOOKS = ("04_recovery.ipynb", "04b_cancel.ipynb", "07_review.ipynb", "07b_recall.ipynb")
 
 CLAIM_CELLS = ("claim_dataclass", "claim")
 # Every answer the course has its own of (course.grading.learner.tripwires.ANSWERS), by notebook, and

@@ -24,9 +24,10 @@ from course.grading.nbgrader.config import configure
 from course.grading.nbgrader.inert import NOTE, MakeInert, inert_html, inert_markdown, render
 
 from hostile_markup import (
-    ANSWER_ID, HONEST, HONEST_ANSWER, HOSTILE_ANSWER, HTML_PAYLOAD, PAYLOADS, RAW_HTML, graded_course, hostile_notebook,
+    ANSWER_ID, HONEST, HONEST_ANSWER, HOSTILE_ANSWER, HTML_PAYLOAD, MARKED, PAYLOADS, RAW_HTML, graded_course,
+    hostile_notebook,
 )
-from test_hostile_submissions import CLAIMS, SOLUTIONS, notebook
+from test_hostile_submissions import SOLUTIONS, notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTING_TAGS = {"script", "iframe", "frame", "frameset", "object", "embed", "applet", "style", "meta", "base", "link",
@@ -209,9 +210,9 @@ def _exporter(template: str) -> HTMLExporter:
 def test_formgrader_and_feedback_pages_are_inert_even_for_a_notebook_never_autograded(template):
     """Defence in depth: the HTMLExporter nbgrader builds from the course's configuration makes
     the submission inert itself, with the same preprocessor."""
-    resources = {"base_url": "", "index": 0, "total": 1, "notebook_id": "01_claims", "student": "hostile",
-                 "nbgrader": {"notebook": "01_claims", "score": 0, "max_score": 16, "late_penalty": 0}}
-    hostile, honest = hostile_notebook(), notebook(CLAIMS, SOLUTIONS, {ANSWER_ID: HONEST_ANSWER})
+    resources = {"base_url": "", "index": 0, "total": 1, "notebook_id": MARKED[:-6], "student": "hostile",
+                 "nbgrader": {"notebook": MARKED[:-6], "score": 0, "max_score": 16, "late_penalty": 0}}
+    hostile, honest = hostile_notebook(), notebook(MARKED, SOLUTIONS, {ANSWER_ID: HONEST_ANSWER})
     for cell in hostile.cells + honest.cells:  # what nbgrader's GetGrades adds for the feedback template
         cell.metadata.get("nbgrader", {}).setdefault("score", 0)
     page, _ = _exporter(template).from_notebook_node(hostile, resources=resources)
@@ -228,7 +229,7 @@ def course(tmp_path_factory):
 
 
 def _autograded(root: Path, student: str) -> nbformat.NotebookNode:
-    return nbformat.read(root / "autograded" / student / "ch12" / "01_claims.ipynb", as_version=4)
+    return nbformat.read(root / "autograded" / student / "ch12" / MARKED, as_version=4)
 
 
 def test_the_autograded_notebook_holds_nothing_that_acts(course):
@@ -261,14 +262,14 @@ def test_the_honest_answer_is_graded_and_kept_as_written(course):
     assert answer.source == HONEST_ANSWER
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         scores = {student: {g.name: (g.score, g.needs_manual_grade)
-                            for g in gb.find_submission_notebook("01_claims", "ch12", student).grades}
+                            for g in gb.find_submission_notebook(MARKED[:-6], "ch12", student).grades}
                   for student in ("honest", "hostile")}
     assert scores["hostile"] == scores["honest"], "made inert or not, the answers are graded alike"
     assert scores["hostile"][ANSWER_ID] == (0, True), "the written answer waits for its manual grade"
 
 
 def test_the_feedback_pages_hold_nothing_that_acts_and_read_the_same(course):
-    pages = {student: (course / "feedback" / student / "ch12" / "01_claims.html").read_text()
+    pages = {student: (course / "feedback" / student / "ch12" / MARKED.replace(".ipynb", ".html")).read_text()
              for student in ("honest", "hostile")}
     own = acting(pages["honest"])
     assert "<script>" in own and not [found for found in own if " on <" in found or ":" in found], own

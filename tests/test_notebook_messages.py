@@ -90,15 +90,18 @@ OBSERVED = re.compile(r"with observation\((?P<args>[^)]*)\)")
 
 def test_an_observation_blames_the_learner_only_for_code_the_learner_wrote():
     """`observation("f")` says "It runs your `f`" when its experiment stops: f must be an answer of this
-    notebook (or, in 05 and 06, of the notebooks whose saved answers their workers run); a cell that runs
-    only the course's code says `course=True`, and then calls none of this notebook's answers."""
+    notebook (or, in 05b and 06, of the notebooks whose saved answers their workers run, and in a second part,
+    of the first part whose saved answers its setup loads); a cell that runs only the course's code says
+    `course=True`, and then calls none of this notebook's answers."""
+    from course.grading.judge.checks import loaded_by_setup
     from course.lab.graded_cells import NOTEBOOK_OF
 
     for path in sorted(SOLUTIONS.glob("*.ipynb")):
         notebook = nbformat.read(path, as_version=4)
         own = set().union(*(answer_names(c.source) for c in notebook.cells if meta(c).get("solution")
                             and c.cell_type == "code"))
-        loaded = set(NOTEBOOK_OF) if path.name in ("05_checkpoint.ipynb", "06_explore.ipynb") else set()
+        loaded = set(NOTEBOOK_OF) if path.name in ("05b_crashes.ipynb", "06_explore.ipynb") else set(
+            loaded_by_setup([{"source": c.source} for c in notebook.cells if "setup" in c.metadata.get("tags", [])]))
         for cell in notebook.cells:
             found = OBSERVED.search(cell.source) if cell.cell_type == "code" else None
             if found is None:
@@ -179,7 +182,7 @@ def test_an_observation_names_the_function_that_is_actually_missing():
     only_finish = run_in_a_kernel("02_fencing.ipynb", {"finish": stub("def finish(db, work, status, result):")},
                                   "observe_stale_writes")
     assert "write `finish` in its cell above" in only_finish and "`observe` and" not in only_finish, only_finish
-    only_copy = run_in_a_kernel("03_leases.ipynb", {"exercise_unfenced_observe": stub(
+    only_copy = run_in_a_kernel("03b_unfenced.ipynb", {"exercise_unfenced_observe": stub(
         "def observe_without_fence(db, work, message):")}, "observe_exercise3")
     assert "write `observe_without_fence`" in only_copy and "release_stale_response" not in only_copy, only_copy
 
@@ -316,10 +319,10 @@ WORDS = {"claim": "E", "lease": "C", "generation": "H", "fence": "A", "liveness"
 WRONG_ANSWERS = [  # one mistake per answer, all at once, in tests/test_run_all_with_wrong_answers.py; here, the rest
     ("02_fencing.ipynb", "assert_current", OWNER_ONLY_FENCE, ("observe_reservation",),
      "test_stale_holder_spends_no_model_call", "fails", "compare the generation"),
-    ("04_recovery.ipynb", "delayed_prediction", {**PREDICTED, "completion": "Refused"}, (), "test_delayed_prediction",
+    ("04b_cancel.ipynb", "delayed_prediction", {**PREDICTED, "completion": "Refused"}, (), "test_delayed_prediction",
      "fails", "exactly"),
     ("07_review.ipynb", "four_answers", {**KEY_4, "health": "a"}, (), "test_four_answers", "fails", "capital"),
-    ("07_review.ipynb", "vocabulary", {**WORDS, "liveness": "D", "progress": "G"}, (), "test_vocabulary_format",
+    ("07b_recall.ipynb", "vocabulary", {**WORDS, "liveness": "D", "progress": "G"}, (), "test_vocabulary_format",
      "graded", "Hidden"),
 ]
 
@@ -347,8 +350,8 @@ def test_a_plausible_wrong_answer_is_told_by_its_visible_test(name, answer, wron
 
 
 def test_a_filled_in_answer_that_still_raises_is_told_to_delete_the_line():
-    kept = filled("07_review.ipynb", "vocabulary", WORDS, keep_raise=True)
-    seen = run_as_in_lab("07_review.ipynb", {"vocabulary": kept}, ("test_vocabulary_format",))
+    kept = filled("07b_recall.ipynb", "vocabulary", WORDS, keep_raise=True)
+    seen = run_as_in_lab("07b_recall.ipynb", {"vocabulary": kept}, ("test_vocabulary_format",))
     (error,) = seen["test_vocabulary_format"]["errors"]
     said = " ".join(error.split())
     assert said.startswith(

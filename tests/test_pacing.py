@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from course.authoring.pacing import RELEASE, Unestimated, estimate
+from course.authoring.pacing import RELEASE, SITTING, Unestimated, estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(RELEASE.glob("*.ipynb"))
@@ -70,10 +70,17 @@ def test_a_task_that_gives_no_minutes_is_refused_by_name(tmp_path):
 
 
 def test_the_course_s_tasks_are_no_longer_equal_in_time():
-    """The capstone's worker pass is not an eight-minute build, and every notebook is longer than reading."""
+    """The capstone's worker pass is not an eight-minute build, and every notebook asks more than reading."""
     tasks = estimate(RELEASE / "05_checkpoint.ipynb").tasks
     capstone = {kind: (count, minutes) for kind, count, minutes in tasks}
     assert capstone["build"] == (2, 55)
     for path in NOTEBOOKS:
         pace = estimate(path)
-        assert pace.minutes > pace.reading + 30 and pace.sittings == -(-pace.minutes // 75)
+        assert pace.minutes >= 2 * pace.reading and pace.sittings == -(-pace.minutes // SITTING)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_notebook_fits_one_sitting(path):
+    """A topic that needs longer is cut at a section's heading into a second notebook, `NNb_...`."""
+    pace = estimate(path)
+    assert pace.sittings == 1, f"{path.name} takes about {pace.minutes} min, over one sitting ({SITTING} min): split it"

@@ -78,7 +78,7 @@ def test_a_prediction_the_cell_already_shows_is_kept_quietly(tmp_path, monkeypat
     predictions.checkpoint_kept([killed, paused], {"predicted_killed": "1", "predicted_paused": 3})
     kept = predictions.latest()
     assert [(r["notebook"], r["name"], r["happened"], r["held"]) for r in kept] == [
-        ("02_fencing", "predicted_rows", 1, True), ("05_checkpoint", "predicted_killed", 1, True)], kept
+        ("02_fencing", "predicted_rows", 1, True), ("05b_crashes", "predicted_killed", 1, True)], kept
     assert capsys.readouterr().out == ""
 
 
@@ -89,7 +89,7 @@ SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions" / "ch12"
 NOT_BOUND = {
     # one checkpoint run covers all four cases: it shows each prediction beside its case (course.checkpoint.report)
     # and keeps those set (checkpoint_kept); waiting for all four would hold the whole run for one blank
-    *(("05_checkpoint", f"predicted_{case}") for case in ("killed", "live_stale", "paused", "accepted_then_crash")),
+    *(("05b_crashes", f"predicted_{case}") for case in ("killed", "live_stale", "paused", "accepted_then_crash")),
     # one dict for two cells and a `whose` switch; show_schedules prints each figure beside its prediction
     ("06_explore", "predicted"), ("06_explore", "whose"),
 }
@@ -136,9 +136,13 @@ def test_07_shows_the_calibration_before_the_recall():
     cells = json.loads((SOLUTIONS / "07_review.ipynb").read_text())["cells"]
     ids = [c["id"] for c in cells]
     at = ids.index("calibration")
-    shown, said, recall = cells[at], cells[at - 1], cells[at + 1]
+    shown, said, then = cells[at], cells[at - 1], cells[at + 1]
     assert "observation" in _tags(shown) and "".join(shown["source"]) == "print(calibration())"
     assert shown["metadata"]["nbgrader"] == {"grade": False, "grade_id": "calibration", "locked": True,
                                              "schema_version": 3, "solution": False, "task": False}
     assert said["cell_type"] == "markdown" and "surprised" in "".join(said["source"])
-    assert "".join(recall["source"]).startswith("## Active recall")
+    assert "`07b_recall`" in "".join(then["source"]) and at + 1 == len(cells) - 1, "07's last cell: on to the recall"
+    recall = ["".join(c["source"]) for c in json.loads((SOLUTIONS / "07b_recall.ipynb").read_text())["cells"]
+              if c["cell_type"] == "markdown"]
+    headings = [text for text in recall if text.startswith("## ")]
+    assert headings[0].startswith("## Active recall"), headings

@@ -18,19 +18,19 @@ from .test_lab import screenshot
 
 pytestmark = pytest.mark.browser
 
-WRITTEN_ANSWER = "An expired lease only says that the holder's bounded time is over"  # 01_claims, model answer
+WRITTEN_ANSWER = "An expired lease only says that the holder's bounded time is over"  # 01b_expiry, model answer
 ERROR_PAGE = "Sorry, the formgrader encountered an error"
 
 
 def graded_course(root: Path) -> Path:
-    """A course folder with the assignment released and one autograded submission (01_claims only)."""
+    """A course folder with the assignment released and one autograded submission (01b_expiry only)."""
     copy_course(root, "solutions", "notebooks", "jupyter")
     env = jupyter_lab(root, instructor=True)[1]  # the environment `make formgrader` gives nbgrader
     submission = root / "submitted" / "alice" / "ch12"
     submission.mkdir(parents=True)
-    shutil.copy(REPO_ROOT / "solutions" / "ch12" / "01_claims.ipynb", submission)  # answers written
+    shutil.copy(REPO_ROOT / "solutions" / "ch12" / "01b_expiry.ipynb", submission)  # answers written
     for step in (["generate_assignment", "ch12", "--force"],
-                 ["autograde", "ch12", "--student=alice", "--notebook=01_claims", "--force"]):
+                 ["autograde", "ch12", "--student=alice", "--notebook=01b_expiry", "--force"]):
         done = subprocess.run([sys.executable, "-m", "nbgrader", *step], cwd=root, capture_output=True, text=True,
                               timeout=600, env=env)
         assert done.returncode == 0, f"nbgrader {step[0]} failed:\n{(done.stdout + done.stderr)[-3000:]}"
@@ -42,7 +42,7 @@ def test_formgrader_lists_the_assignment_and_shows_written_answers(tmp_path, pag
 
     root = graded_course(tmp_path / "course")
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
-        submission_id = gradebook.find_submission_notebook("01_claims", "ch12", "alice").id
+        submission_id = gradebook.find_submission_notebook("01b_expiry", "ch12", "alice").id
     with LabServer(tmp_path / "server", course=root, instructor=True).running() as server:
         page.goto(f"{server.url}/?token={server.token}", timeout=90_000)  # what `make formgrader` opens
         page.get_by_text("ch12", exact=True).first.wait_for(timeout=60_000)

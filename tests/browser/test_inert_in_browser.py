@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 
-from hostile_markup import ANSWER_ID, FILE_LINK, FORM_BUTTON, HONEST, LINK_TEXT, graded_course
+from hostile_markup import ANSWER_ID, FILE_LINK, FORM_BUTTON, HONEST, LINK_TEXT, MARKED, graded_course
 
 from .conftest import LabServer
 from .test_lab import screenshot
@@ -93,7 +93,7 @@ def _written_answer(root) -> tuple[str, float | None]:
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
-        submission = gradebook.find_submission_notebook("01_claims", "ch12", "hostile")
+        submission = gradebook.find_submission_notebook(MARKED[:-6], "ch12", "hostile")
         return submission.id, next(g.manual_score for g in submission.grades if g.name == ANSWER_ID)
 
 
@@ -134,7 +134,7 @@ def test_nothing_runs_in_formgraders_manual_grading_view(course, tmp_path, page,
 
 
 def test_nothing_runs_in_the_feedback_page(course, page, output_path):
-    feedback = course / "feedback" / "hostile" / "ch12" / "01_claims.html"
+    feedback = course / "feedback" / "hostile" / "ch12" / MARKED.replace(".ipynb", ".html")
     watch, visible, ran = open_and_watch(page, feedback.as_uri(), output_path, "feedback-hostile-answer.png")
     assert watch.seen(visible, ran) == NOTHING_RAN, watch.report()
 
@@ -142,7 +142,7 @@ def test_nothing_runs_in_the_feedback_page(course, page, output_path):
 def test_a_long_note_wraps_at_the_feedback_pages_edge(course, page, output_path):
     """The checks' notes, the outputs and the tracebacks in a feedback page wrap on a narrow screen:
     none is wider than the page, so nothing a learner must read runs off its right edge."""
-    feedback = course / "feedback" / "hostile" / "ch12" / "01_claims.html"
+    feedback = course / "feedback" / "hostile" / "ch12" / MARKED.replace(".ipynb", ".html")
     page.set_viewport_size({"width": 600, "height": 900})
     page.goto(feedback.as_uri(), wait_until="domcontentloaded", timeout=90_000)
     page.locator("div.output_area pre").first.wait_for(state="attached", timeout=60_000)

@@ -12,15 +12,17 @@ executed notebook back from disk and check it:
   server with COURSE_STATED_FACTS=strict: every code cell runs, none ends in an error, and the run passes
   ``problems_in_course_run`` (tests/test_course_notebooks.py): every visible test says in a short last
   line that it passed (or what waits for the instructor), and no prediction is kept in the folder the
-  notebook ran in. This is these notebooks' only such run: papermill runs only the others (05-07).
+  notebook ran in. This is these notebooks' only such run: papermill runs only the others (their second
+  parts, 05-07).
   02's Validate button reports success; in 01-05 every figure fits its output area (drawn for the
   notebook's width: shown at its natural size, not shrunk, and not past the area's edge; 05 in the
   capstone test).
 * the learner's working copy (what `make lab` opens): every notebook opens without being marked
-  changed; 05_checkpoint, run before 01, 02 and 04 are written (and again with a change the kernel ran but
-  nobody saved), says what to do first once, with no table and no figure, and its checks point to
-  that message; with 01, 02 and 04 written and saved it prints each prediction beside what happened, then
-  the table and the timeline.
+  changed; the capstone, 05_checkpoint then 05b_crashes, run with the worker pass still a stub (and again
+  with a change the kernel ran but nobody saved), says what to do first once, with no table and no figure,
+  and its checks point to that message; with a wrong worker saved, a check names the step to revisit and
+  the failing case is in the table and the timeline; with the right one it prints each prediction beside
+  what happened, then the table, the timeline and the crash matrix.
 
 JupyterLab's Run All sends every cell with ``stop_on_error``: after the first error the kernel
 aborts the rest, unless the erroring cell is tagged ``raises-exception``. So in the release the
@@ -431,9 +433,9 @@ def dialog_lines_cut_off(page) -> list[str]:
 
 # The instructor sources run in Lab (Run All, then Validate), and those that draw figures: the
 # screenshots are how a person judges whether the pictures read at notebook width. LAB_NOTEBOOKS
-# (01-04, from tests/test_course_notebooks.py) run here only: papermill runs the others (05-07), so this
+# (01-04, from tests/test_course_notebooks.py) run here only: papermill runs the others (01b-04b, 05-07), so this
 # run checks what papermill's would (problems_in_course_run), in a server with COURSE_STATED_FACTS=strict.
-# 05 runs in full, solution included, in the capstone test below (a stub, an unsaved change, a wrong worker,
+# 05 and 05b run in full, solution included, in the capstone test below (a stub, an unsaved change, a wrong worker,
 # the right one), and with papermill.
 DRAWING = {"01_claims.ipynb", "03_leases.ipynb", "04_recovery.ipynb"}
 # Validate in Lab on one solved notebook: the button's path. That every visible test passes with the
@@ -638,7 +640,7 @@ def test_every_notebook_opens_unchanged_in_the_learners_lab(learner_lab, page, o
     would ask to be saved, and 05 would then judge a notebook the learner never edited), and no
     pop-up asks about Jupyter's news."""
     names = sorted(path.name for path in learner_lab.root_dir.glob("*.ipynb"))
-    assert names == sorted(path.name for path in RELEASE.glob("*.ipynb")) and len(names) == 7, names
+    assert names == sorted(path.name for path in RELEASE.glob("*.ipynb")) and len(names) == 12, names
     changed = {}
     for name in names:
         learner_lab_url = learner_lab.lab_url(name) + "&reset"  # one notebook open at a time
@@ -669,7 +671,7 @@ def _by_grade_id(nb, grade_id: str):
     return next(cell for cell in nb.cells if _nbgrader(cell).get("grade_id") == grade_id)
 
 
-CHECKPOINT_TESTS = ["test_continue_order", "test_run_once", "test_crash_matrix"]
+CHECKPOINT_TESTS = ["test_continue_order", "test_run_once", "test_crash_matrix"]  # 05's checks of the pass
 
 
 def _said_once(nb, phrase: str) -> str:
@@ -683,7 +685,7 @@ def _said_once(nb, phrase: str) -> str:
 
 
 def _write_answers(path: Path, answers: dict[str, str], predictions: dict[str, str] = ()) -> None:
-    """What a learner types into 05's answer (and prediction) cells, written to the saved notebook."""
+    """What a learner types into answer (and prediction) cells of 05 or 05b, written to the saved notebook."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         grade_id = _nbgrader(cell).get("grade_id")
@@ -696,65 +698,69 @@ def _write_answers(path: Path, answers: dict[str, str], predictions: dict[str, s
 
 
 def test_the_capstone_in_lab_a_stub_an_unsaved_change_a_wrong_worker_then_the_right_one(learner_lab, page, output_path):
-    """05_checkpoint in the learner's Lab, as a learner works through the capstone: first as released
-    (the worker pass still a stub: one message, said once, no table, no figure), then with a change its
-    kernel ran and the file does not hold ("save 05_checkpoint first"), then with a plausible wrong
-    worker (it asks the model again after a kill: the failing case is in the table and the timeline,
-    and the check names the step to revisit), then the right one with a prediction typed in: each
-    prediction beside what happened, the table, the timeline, the crash matrix's 24 trials, every
-    check passes."""
+    """05_checkpoint (the worker pass and its checks) and 05b_crashes (the checkpoint and the crash matrix
+    on the saved pass) in the learner's Lab, as a learner works through the capstone: first as released
+    (the pass still a stub: its tests say so, and 05b's run cell one message, said once, no table, no
+    figure), then with a change 05's kernel ran and the file does not hold ("save 05_checkpoint first"),
+    then with a plausible wrong worker (it asks the model again after a kill: the check names the step
+    to revisit, and 05b shows the failing case in the table and the timeline), then the right one with
+    a prediction typed in: each prediction beside what happened, the table, the timeline, the crash
+    matrix's 24 trials, and every check of 05 passes."""
     import sys
 
     sys.path.insert(0, str(REPO_ROOT / "tests"))
     from course.lab import kernel_runs
     from test_capstone_workers import answers, mutated
 
-    lab, name = learner_lab, "05_checkpoint.ipynb"
-    kernel = open_in_lab(lab, page, name)
+    lab, worker, crashes = learner_lab, "05_checkpoint.ipynb", "05b_crashes.ipynb"
+
+    def run(name: str) -> nbformat.NotebookNode:
+        return run_all_and_save(lab, page, name, open_in_lab(lab, page, name))
 
     # 1. As released: `continue_order` and `run_once` still hold nbgrader's stubs.
-    nb = run_all_and_save(lab, page, name, kernel)
+    nb = run(worker)
+    assert all("not implemented yet" in " ".join(_errors(_by_grade_id(nb, test))) for test in CHECKPOINT_TESTS)
+    nb = run(crashes)
     screenshot(page, output_path, "checkpoint-fresh.png")
     message = _said_once(nb, "The checkpoint has not run your code yet")
     assert "`continue_order` and `run_once` in 05_checkpoint" in message and "(File > Save)" in message, message
     assert page.locator(f"{NOTEBOOK_PANEL} .jp-OutputArea-output img, {NOTEBOOK_PANEL} .jp-OutputArea-output table"
                         ).count() == 0, "a table or a figure is shown although nothing ran"
-    assert all("not implemented yet" in " ".join(_errors(_by_grade_id(nb, test))) for test in CHECKPOINT_TESTS)
 
     # 2. The worker written and saved, but the kernel then ran a change to `run_once` that was not saved.
-    _write_answers(lab.root_dir / name, answers())
-    kernel_runs.record(lab.root_dir / name, "def run_once(db, model, **options):\n    pass", {"run_once"},
+    _write_answers(lab.root_dir / worker, answers())
+    kernel_runs.record(lab.root_dir / worker, "def run_once(db, model, **options):\n    pass", {"run_once"},
                        at=time.time() + 60)
-    kernel = open_in_lab(lab, page, name)
-    nb = run_all_and_save(lab, page, name, kernel)
-    pointer = _said_once(nb, "save 05_checkpoint first")  # by the first check that needed the run, in full
+    nb = run(worker)
+    said = " ".join(" ".join(_outputs_text(cell) for cell in nb.cells if cell.cell_type == "code").split())
+    assert said.count("save 05_checkpoint first") == 1, said  # by the first check that needed the run, in full
     first = " ".join(_errors(_by_grade_id(nb, "test_continue_order")))
     assert "could not run: save 05_checkpoint first" in first, first
-    assert pointer == "The checkpoint did not run your code, for the reason given above.", pointer
+    assert "for the reason given above" in " ".join(_errors(_by_grade_id(nb, "test_run_once")))
     shutil.rmtree(lab.root_dir / kernel_runs.FOLDER)
 
     # 3. A plausible wrong worker: after a kill it asks the model instead of continuing the approved order.
-    _write_answers(lab.root_dir / name, mutated("asks_the_model"))
-    kernel = open_in_lab(lab, page, name)
-    nb = run_all_and_save(lab, page, name, kernel)
+    _write_answers(lab.root_dir / worker, mutated("asks_the_model"))
+    told = " ".join(_errors(_by_grade_id(run(worker), "test_run_once")))
+    assert "asked the model" in told and "`run_once`" in told, told
+    nb = run(crashes)
     scroll_to_cell_of(page, "run_checkpoint(worker=HERE)")
     screenshot(page, output_path, "checkpoint-wrong-worker.png")
     printed = " ".join(_by_grade_id(nb, "run_checkpoint").outputs[0].text.split())
     assert "killed" in printed and "cases passed" in printed and "4/4 cases passed" not in printed, printed
     assert page.locator(f"{NOTEBOOK_PANEL} .jp-RenderedImage img").count() == 1, "the failing run has its timeline"
-    told = " ".join(_errors(_by_grade_id(nb, "test_run_once")))
-    assert "asked the model" in told and "`run_once`" in told, told
 
     # 4. The right worker, and one prediction typed in.
-    _write_answers(lab.root_dir / name, answers(), {"predicted_killed": "1"})
-    kernel = open_in_lab(lab, page, name)
-    nb = run_all_and_save(lab, page, name, kernel)
+    _write_answers(lab.root_dir / worker, answers())
+    _write_answers(lab.root_dir / crashes, {}, {"predicted_killed": "1"})
+    checked = run(worker)
+    nb = run(crashes)
     scroll_to_cell_of(page, "run_checkpoint(worker=HERE)")
     screenshot(page, output_path, "checkpoint-saved.png")
-    run = _by_grade_id(nb, "run_checkpoint")
-    shown = _outputs_text(run)
-    assert [o.output_type for o in run.outputs] == ["stream", "display_data", "display_data"], shown[:2000]
-    printed = " ".join(run.outputs[0].text.split())
+    ran = _by_grade_id(nb, "run_checkpoint")
+    shown = _outputs_text(ran)
+    assert [o.output_type for o in ran.outputs] == ["stream", "display_data", "display_data"], shown[:2000]
+    printed = " ".join(ran.outputs[0].text.split())
     assert printed.startswith("Your predictions beside what happened:"), printed
     assert "killed supplier orders at the end: you predicted 1; its ledger holds 1 (as predicted)" in printed, printed
     assert "accepted_then_crash the replacement's first request: you predicted nothing yet; GET, a lookup" in printed
@@ -765,7 +771,7 @@ def test_the_capstone_in_lab_a_stub_an_unsaved_change_a_wrong_worker_then_the_ri
     assert cells and not [c for c in cells if re.fullmatch(r"None|None -> None|None, None|None / None", c)], cells
     assert page.locator(f"{NOTEBOOK_PANEL} .jp-RenderedImage img").count() == 1
     assert not (wide := figures_not_fitting(page)), f"figures wider than their output area: {wide}"
-    failed = {name: _errors(_by_grade_id(nb, name)) for name in CHECKPOINT_TESTS if _errors(_by_grade_id(nb, name))}
+    failed = {name: _errors(_by_grade_id(checked, name)) for name in CHECKPOINT_TESTS if _errors(_by_grade_id(checked, name))}
     assert not failed, failed
 
 

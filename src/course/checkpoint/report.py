@@ -189,6 +189,19 @@ def could_not_run(case: CaseEvidence) -> str:
                  f"The {case.case} case could not run your code, for the reason given above.")
 
 
+def explain(case: CaseEvidence) -> str:
+    """The checkpoint's own sentences for a failed case or trial, ready for a test message."""
+    return "; ".join(case.failures) or "no failure recorded"
+
+
+def require_run(case: CaseEvidence) -> None:
+    """Stop a check with one sentence when the case could not run the learner's code at all (a
+    stub, an unsaved notebook, a missing cell): the later checks would only add noise."""
+    from course.lessons.checks import expect
+
+    expect(case.replacement is not None or not case.failures, could_not_run(case))
+
+
 def prediction_lines(checkpoint, predicted: Mapping[str, Any]) -> list[str]:  # a Checkpoint
     """'killed  supplier orders at the end: you predicted 1; its ledger holds 1 (as predicted)', one per case."""
     from course.lessons.checks import WIDTH

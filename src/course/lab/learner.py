@@ -158,8 +158,8 @@ def unsaved_message(stale: list[Version]) -> str:
     notebooks = sorted({Path(v.notebook).stem for v in stale})
     names = ", ".join(f"`{v.name}` (run {_clock(v.ran_at)}, {v.notebook} saved {_clock(v.saved_at)})" for v in stale)
     return (f"save {' and '.join(notebooks)} first: your kernel ran {names} from a source the saved notebook does "
-            "not hold, and the checkpoint judges only saved code. Save the notebook (File > Save), then run this "
-            "cell again.")
+            "not hold, and only saved code runs here, as when your instructor grades. Save the notebook (File > Save), "
+            "then run this cell again.")
 
 
 # --- which cells ---------------------------------------------------------------------------------
@@ -390,6 +390,19 @@ def load_implementation(implementation: str | Path, *, worker: str | Path = REFE
     if str(worker) != REFERENCE_NAME:
         loaded.run_once = _guarded("run_once", defined.get("run_once"), loaded.missing)
     return loaded
+
+
+def saved_definitions(notebook: str, *names: str, folder: str | Path = ".") -> tuple[Any, ...]:
+    """`names`, the graded definitions of one saved notebook beside this one, run as written: a
+    later part reuses the learner's own code (01b_expiry runs 01_claims' `Claim` and `claim`). A
+    class comes as defined; a function still holding the stub raises NotImplementedYet when called;
+    in Lab, a definition the kernel ran but did not save stops the load ("save 01_claims first"); at
+    grading (COURSE_RELEASE set) the submission is judged as submitted."""
+    loaded = LoadedImplementation(REFERENCE, None)
+    require_saved = RELEASE_VARIABLE not in os.environ
+    defined = _load_notebooks(Path(folder).expanduser().resolve(), (notebook,), loaded, require_saved, CELL_SECONDS)
+    return tuple(defined[name] if isinstance(defined.get(name), type) and name not in loaded.missing
+                 else _guarded(name, defined.get(name), loaded.missing) for name in names)
 
 
 def _load_notebooks(folder: Path, notebooks: tuple[str, ...], loaded: LoadedImplementation, require_saved: bool,

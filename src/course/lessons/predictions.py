@@ -94,7 +94,7 @@ def checkpoint_kept(evidence: Any, namespace: dict[str, Any]) -> None:
         guess = namespace.get(f"predicted_{case.case}")
         value = _observed(case)[0] if case.case in PREDICTED else None
         if guess is not None and value is not None:
-            recorded(f"predicted_{case.case}", guess, value, "05_checkpoint")
+            recorded(f"predicted_{case.case}", guess, value, "05b_crashes")
 
 
 def keep(record: dict[str, Any], kept: Path = KEPT) -> None:

@@ -36,8 +36,9 @@ def run(job: dict[str, Any], broker: Any) -> dict[str, Any]:
         return {"passed": False, "ename": refused.ename, "message": str(refused),
                 "findings": findings.of_check(refused, job)}
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-    for cell in job["setup"]:
-        exec(compile(cell["source"], f"<course cell {cell['label']}>", "exec"), namespace)
+    with harness.definitions_of(peer):  # a learner's definition a setup cell binds is the learner process's
+        for cell in job["setup"]:
+            exec(compile(cell["source"], f"<course cell {cell['label']}>", "exec"), namespace)
     harness.substitute(namespace, harness.Context(job, peer, broker))
     code = compile(job["check"], messages.FILENAME, "exec")
     unwritten, kept_raise = messages.unwritten(job["answers"], report)

@@ -88,6 +88,18 @@ def answers(cells: list[CourseCell]) -> dict[str, str]:
     return found
 
 
+def loaded_by_setup(setup: list[dict[str, str]]) -> list[str]:
+    """The learner's answers a second part's setup runs from its saved first part, as it names them:
+    `saved_definitions("04_recovery.ipynb", "order_to_continue")` (course.lab.learner). Its learner
+    process holds them, so they are tripwired there as its own answers are."""
+    names = []
+    for cell in setup:
+        for node in ast.walk(ast.parse(cell["source"])):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "saved_definitions":
+                names += [arg.value for arg in node.args[1:] if isinstance(arg, ast.Constant)]
+    return names
+
+
 def build_job(notebook: str, check: CourseCell, cells: list[CourseCell]) -> dict[str, Any]:
     """The judge's input for one graded cell."""
     lines = check.source.split("\n")
@@ -95,7 +107,8 @@ def build_job(notebook: str, check: CourseCell, cells: list[CourseCell]) -> dict
     setup = [{"label": c.grade_id or "setup", "source": c.source}
              for c in cells if c.cell_type == "code" and "setup" in c.tags]
     return {"notebook": notebook, "cell": check.grade_id, "what": notebook, "setup": setup, "check": check.source,
-            "hidden_from": hidden_from, "answers": answers(cells), "slow": SLOW_TAG in check.tags}
+            "hidden_from": hidden_from, "answers": answers(cells), "loaded": loaded_by_setup(setup),
+            "slow": SLOW_TAG in check.tags}
 
 
 def notebook_jobs(notebook: str, release: Path, sources: dict[str, str]) -> list[dict]:
@@ -291,7 +304,7 @@ class OneCheck:
         self.inside = str(self.host) if sandbox_disabled() else f"{SCRATCH_INSIDE}/check-{number}"
         job["scratch"] = self.inside
         self.started: dict[int, Any] = {}
-        self.answered = frozenset(job["answers"]) & set(ANSWERS)
+        self.answered = frozenset(job["answers"]).union(job["loaded"]) & set(ANSWERS)
         self.waited = 0.0  # seconds spent starting learner processes (they have limits of their own) or at the gate
         self.phase, self.held = VISIBLE, None
 

@@ -80,6 +80,25 @@ def names(peer: wire.Peer, wanted: set[str], unwritten: dict[str, str] | None = 
     return bind(wanted, described if isinstance(described, dict) else {}, peer, unwritten or {}, kept_raise)
 
 
+@contextlib.contextmanager
+def definitions_of(peer: wire.Peer | None) -> Any:
+    """While the setup cells run in the judge: a second part's setup (01b, 04b) binds the learner's
+    saved definitions of its first part with `saved_definitions`. The learner process ran the same
+    setup, so here they are its names, bound as any learner name is; no learner code loads here."""
+    from course.lab import learner
+
+    def asked(notebook: str, *wanted: str, folder: Any = ".") -> tuple[Any, ...]:
+        found = names(peer, set(wanted)) if peer is not None else {}
+        return tuple(found.get(name, Unusable(f"`{name}` (from your {notebook}) is not defined in the process "
+                                              "running your notebook")) for name in wanted)
+
+    original, learner.saved_definitions = learner.saved_definitions, asked
+    try:
+        yield
+    finally:
+        learner.saved_definitions = original
+
+
 @dataclasses.dataclass
 class Context:
     job: dict[str, Any]
