@@ -171,39 +171,39 @@ def test_what_an_error_shows_crosses_as_data_and_a_name_shows_nothing(pair):
     assert found == {"forged": ("Exception", None, set()), "full": ("OSError", 28, {"disk_limit"})}
 
 
-def test_a_database_crosses_by_path_and_its_tracer_follows_it(pair, db):
-    judge, _, names = pair
+def _traced_call(db, sends_tracers: bool, name: str, function, argument):
+    """Call `function` on the other side with `argument`, from a side that does (the learner process)
+    or does not (the judge) hand out the tracer a Lab race set; the statements the hook heard."""
+    left, right = socket.socketpair()
+    caller = wire.Peer(left, sends_tracers=sends_tracers)
+    wire.Peer(right, resolve_name={name: function}.get)  # the callee: its reader thread answers
     statements = []
+    checks.trace(db.connection, statements.append)
+    try:
+        return caller.call({"name": name}, (argument,)), statements
+    finally:
+        checks.trace(db.connection, None)
+        left.close()
+        right.close()
 
+
+def test_a_database_crosses_by_path_and_the_learner_processs_tracer_follows_it(db):
+    """07: the learner's own race (Lab's, in its process) hears the approvals the judge runs for it."""
     def count_rows(other):
         rows = other.connection.execute("SELECT count(*) FROM assistant_work").fetchone()[0]
         return {"rows": rows, "same object": other is db, "path": other.path}
 
-    names["count"] = count_rows
-    checks.trace(db.connection, statements.append)
-    try:
-        reply = judge.call({"name": "count"}, (db,))
-    finally:
-        checks.trace(db.connection, None)
+    reply, statements = _traced_call(db, True, "count", count_rows, db)
     assert reply == {"rows": 0, "same object": False, "path": Path(db.path)}
     assert statements == ["SELECT count(*) FROM assistant_work"]
+    nothing, statements = _traced_call(db, True, "nothing", lambda connection: "ran no statement", db.connection)
+    assert (nothing, statements) == ("ran no statement", []), "finding a connection's file is not traced"
 
 
-def test_a_connection_crosses_by_path_and_its_tracer_sees_only_the_statements_run_on_it(pair, db):
-    """Finding a connection's file is the wire's own statement: a forced race that counts the
-    statements a function ran must not count it (a function that ran none fails the race)."""
-    judge, _, names = pair
-    statements = []
-    names["count"] = lambda connection: connection.execute("SELECT count(*) FROM assistant_work").fetchone()[0]
-    names["nothing"] = lambda connection: "ran no statement"
-    checks.trace(db.connection, statements.append)
-    try:
-        assert judge.call({"name": "nothing"}, (db.connection,)) == "ran no statement"
-        assert statements == []
-        assert judge.call({"name": "count"}, (db.connection,)) == 0
-    finally:
-        checks.trace(db.connection, None)
-    assert statements == ["SELECT count(*) FROM assistant_work"]
+def test_the_judge_hands_no_tracer_to_a_learner_process(db):
+    """No race the judge runs hears a learner process: its races are scheduled at lock calls."""
+    count = lambda connection: connection.execute("SELECT count(*) FROM assistant_work").fetchone()[0]  # noqa: E731
+    assert _traced_call(db, False, "count", count, db.connection) == (0, [])
 
 
 def test_a_database_missing_its_marker_is_reopened_as_it_is(pair, db):

@@ -218,8 +218,10 @@ def _path_of(connection: sqlite3.Connection) -> str:
 
 
 def _traced(connection: sqlite3.Connection, peer: Peer | None) -> dict | None:
+    """The hook a Lab race set on `connection`, only from the learner process (07: its own race of
+    the judge's approvals): the judge never hands a tracer out, so no race it runs hears a learner."""
     hook = checks.tracer(connection)
-    return None if hook is None or peer is None else peer.export(hook)
+    return None if hook is None or peer is None or not peer.sends_tracers else peer.export(hook)
 
 
 def _reopen(data: dict, peer: Peer | None, opened: list | None, kind: str) -> Any:
@@ -330,8 +332,9 @@ class Peer:
     process's namespace); `on_message` gets messages that are neither calls nor replies."""
 
     def __init__(self, sock: socket.socket, resolve_name: Callable[[str], Any] | None = None,
-                 on_message: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_message: Callable[[dict[str, Any]], None] | None = None, sends_tracers: bool = False) -> None:
         self.sock, self._resolve_name, self._on_message = sock, resolve_name, on_message
+        self.sends_tracers = sends_tracers
         self._ids = itertools.count(1)
         self._handles: dict[int, Any] = {}
         self._exported: dict[int, int] = {}  # id(object) -> handle

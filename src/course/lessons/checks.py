@@ -380,8 +380,10 @@ _tracers: dict[int, tuple[sqlite3.Connection, Callable[[str], None]]] = {}
 def trace(connection: sqlite3.Connection, hook: Callable[[str], None] | None) -> None:
     """Call `hook(statement)` before each statement `connection` runs (None: stop).
 
-    Recorded here as well as set on the connection, so that a grader that passes the connection
-    to another process by its path can have that process's statements traced by the same hook."""
+    Recorded here as well as set on the connection, so that a connection passed by its path to
+    another process has that process's statements traced by the same hook: in 07 the learner's
+    own forced_approvals sees the statements of the approvals the judge runs for it. The judge
+    itself never decides from a trace (course.grading.judge.schedule)."""
     connection.set_trace_callback(hook)
     if hook is None:
         _tracers.pop(id(connection), None)
@@ -400,7 +402,8 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
                reopen: Callable[[str | Path], Any] = Database, told: str = "the `db` you are passed") -> dict[str, Any]:
     """Run `first()`, which works on `connection`; at the moment it has read `table` and is about
     to begin or make a write, run `second(other)` on `reopen(location)` (a new connection) in
-    another thread, and let `first` wait for it (at most `pause` seconds).
+    another thread, and let `first` wait for it (at most `pause` seconds). Lab's race; graded, the
+    harnesses below are passed the judge's instead (`force`: course.grading.judge.schedule).
 
     Returns {"first": ..., "second": ..., "second waited": seconds `second` spent, "second in gap":
     whether `second` had ended while `first` was held between its read and its write}. An error in
@@ -456,7 +459,8 @@ def interleave(connection: sqlite3.Connection, first: Callable[[], Any], locatio
 
 
 def forced_race(location: str | Path, take: Callable[..., Any], *, now: float | None = None,
-                pause: float = 0.5, rival: Callable[..., Any] | None = None) -> dict[str, Any]:
+                pause: float = 0.5, rival: Callable[..., Any] | None = None,
+                force: Callable[..., dict[str, Any]] = interleave) -> dict[str, Any]:
     """Worker A calls take(db, owner, now=now) here; worker B, another process, calls `rival` (by
     default the same `take`, in a child forked before the race begins), each on its own connection.
 
@@ -468,8 +472,8 @@ def forced_race(location: str | Path, take: Callable[..., Any], *, now: float | 
     a = Database(location)
     b = rival if rival is not None else _Forked(take, location)
     try:
-        box = interleave(a.connection, lambda: take(a, "worker-A", now=now), location,
-                         lambda other: b(other, "worker-B", now=now), pause=pause)
+        box = force(a.connection, lambda: take(a, "worker-A", now=now), location,
+                    lambda other: b(other, "worker-B", now=now), pause=pause)
     finally:
         a.close()
         if isinstance(b, _Forked):
@@ -546,7 +550,7 @@ class _Forked:
 
 
 def between_check_and_write(db: Database, write: Callable[[], Any], takeover: Callable[[Database], Any],
-                            *, pause: float = 0.5) -> dict[str, Any]:
+                            *, pause: float = 0.5, force: Callable[..., dict[str, Any]] = interleave) -> dict[str, Any]:
     """Run write() on `db`; between its check (a read of assistant_work) and its write, run
     takeover(other) on a second connection. Returns {"write": "accepted" or "refused",
     "rival": what takeover returned}."""
@@ -558,17 +562,19 @@ def between_check_and_write(db: Database, write: Callable[[], Any], takeover: Ca
             return "refused"
         return "accepted"
 
-    box = interleave(db.connection, attempt, db.path, takeover, pause=pause)
+    box = force(db.connection, attempt, db.path, takeover, pause=pause)
     return {"write": box["first"], "rival": box.get("second")}
 
 
 def race_claims(location: str | Path, claim: Callable[..., Any], *, now: float | None = None,
-                rival: Callable[..., Any] | None = None) -> dict[str, Any]:
+                rival: Callable[..., Any] | None = None,
+                force: Callable[..., dict[str, Any]] = interleave) -> dict[str, Any]:
     """`forced_race` over the learner's `claim` (30 s leases); a crash becomes an explanation.
     `rival`: worker B's claim, when it is not this process's `claim` in a child (the grader's)."""
     take_b = None if rival is None else (lambda db, owner, now: rival(db, owner, now=now, ttl=30))
     try:
-        return forced_race(location, lambda db, owner, now: claim(db, owner, now=now, ttl=30), now=now, rival=take_b)
+        return forced_race(location, lambda db, owner, now: claim(db, owner, now=now, ttl=30), now=now, rival=take_b,
+                           force=force)
     except NotImplementedError:
         raise
     except Exception as error:

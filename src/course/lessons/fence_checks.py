@@ -12,7 +12,8 @@ answers the supplier gave: a ledger that disagrees with them is not believed.
 
 `race_admissions` calls the rule for generation 1 and, on another connection in another thread,
 for generation 2 of the same work item, with generation 2 released exactly between the first
-call's read of `fence` and its first write (the statement tracer, as 01's forced race). An atomic
+call's read of `fence` and its first write (the statement tracer, as 01's forced race; graded, at
+the learner process's lock calls instead: course.grading.judge.schedule). An atomic
 rule keeps generation 2 waiting, or decides in one statement; a check and a record in two
 transactions lets generation 2 be admitted first and generation 1 after it.
 
@@ -112,7 +113,8 @@ def fresh_ledger() -> sqlite3.Connection:
 
 
 def race_admissions(rule: Callable[..., bool], *, work: str = "W-race", pause: float = 1.5,
-                    rival: Callable[..., bool] | None = None) -> dict[str, Any]:
+                    rival: Callable[..., bool] | None = None,
+                    force: Callable[..., dict[str, Any]] = interleave) -> dict[str, Any]:
     """Generation 1 (A, here) and generation 2 (B, another thread and connection: `rival`, by default
     the same rule; when graded, the rule in a second learner process) of one work item;
     B is released between A's read of `fence` and A's first write (course.lessons.checks.interleave), and
@@ -125,9 +127,9 @@ def race_admissions(rule: Callable[..., bool], *, work: str = "W-race", pause: f
     a = fresh_ledger()
     path = a.execute("PRAGMA database_list").fetchone()[2]
     try:
-        box = interleave(a, lambda: _decided(rule, a, work, 1), path,
-                         lambda other: _decided(rival or rule, other.connection, work, 2), pause=pause, table="fence",
-                         reopen=open_ledger, told="`ledger`, keeping the highest generation in its `fence` table")
+        box = force(a, lambda: _decided(rule, a, work, 1), path,
+                    lambda other: _decided(rival or rule, other.connection, work, 2), pause=pause, table="fence",
+                    reopen=open_ledger, told="`ledger`, keeping the highest generation in its `fence` table")
     finally:
         a.close()
     later = open_ledger(path)

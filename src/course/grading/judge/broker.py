@@ -3,7 +3,8 @@
 A judge cannot start a learner sandbox, see its processes or signal them; the grader, outside
 every sandbox, can. Over a SOCK_SEQPACKET socket the grader first sends the job; then, one
 message each way (descriptors passed with it), the judge asks for `learner` (a learner process:
-its report and its wire), `worker` (a checkpoint worker in a learner sandbox: its stdout), and
+its report, its wire, and in a race the listener of its lock calls), `worker` (a checkpoint
+worker in a learner sandbox: its stdout), and
 `signal`, `state`, `status` of one; last it sends its `verdict`. `Broker` is the judge's side;
 `serve` the grader's, for one check.
 """
@@ -19,6 +20,7 @@ import threading
 from typing import Any, Callable
 
 from course.grading import wire
+from course.grading.lockcalls import LockCalls
 
 WORKER_MODULE = "course.checkpoint.worker"
 
@@ -59,9 +61,13 @@ class Broker:
         return reply, fds
 
     def learner(self, what: str) -> tuple[wire.Peer, list[dict]]:
-        """Another learner process (a notebook, or `implementation`): its wire and its report."""
-        reply, (fd,) = self.request({"op": "learner", "what": what})
-        return wire.Peer(socket.socket(fileno=fd)), reply["ready"]
+        """Another learner process (a notebook, or `implementation`): its wire and its report. Its
+        lock calls, in a check that forces a race, are answered here (`peer.locks`), where the race
+        may hold one."""
+        reply, (fd, *listener) = self.request({"op": "learner", "what": what})
+        peer = wire.Peer(socket.socket(fileno=fd))
+        peer.locks = LockCalls(listener[0]) if listener else None
+        return peer, reply["ready"]
 
     def worker(self, argv: list[str]) -> BrokeredProcess:
         reply, (fd,) = self.request({"op": "worker", "argv": [str(a) for a in argv]})
@@ -130,6 +136,9 @@ def serve(sock: socket.socket, start_learner: Callable[[str], tuple[Any, socket.
             learner, wire_end, ready = start_learner(str(request["what"]))
             started[len(started) + 1] = learner
             reply, fds = {"ready": ready}, [wire_end.detach()]
+            if learner.locks is not None:  # the judge answers its lock calls from now on
+                fds.append(learner.locks.detach())
+                learner.locks = None
         elif op == "worker":
             argv = [str(a) for a in request["argv"]]
             if argv[1:4] != ["-P", "-m", WORKER_MODULE]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course.grading import findings
+from course.grading import findings, lockcalls
 from course.grading.judge import broker
 from course.grading.judge.phases import HIDDEN, VISIBLE, Gate, PhaseTimeout
 from course.grading.judge.server import JudgeServer, ServerGone
@@ -108,7 +108,7 @@ def build_job(notebook: str, check: CourseCell, cells: list[CourseCell]) -> dict
              for c in cells if c.cell_type == "code" and "setup" in c.tags]
     return {"notebook": notebook, "cell": check.grade_id, "what": notebook, "setup": setup, "check": check.source,
             "hidden_from": hidden_from, "answers": answers(cells), "loaded": loaded_by_setup(setup),
-            "slow": SLOW_TAG in check.tags}
+            "slow": SLOW_TAG in check.tags, "races": lockcalls.forces_a_race(check.source)}
 
 
 def notebook_jobs(notebook: str, release: Path, sources: dict[str, str]) -> list[dict]:
@@ -313,7 +313,8 @@ class OneCheck:
         try:
             tripwired = self.answered if what == self.job["what"] else IMPLEMENTATION
             learner, wire_end, report = learners.start(what, tripwired, group.submitted, group.release,
-                                                       (self.host, self.inside), group.cell_seconds, group._rooms)
+                                                       (self.host, self.inside), group.cell_seconds, group._rooms,
+                                                       races=bool(self.job.get("races")))
         finally:
             self.waited += time.monotonic() - began
         if what == self.job["what"] and self.phase == VISIBLE:  # what the cells printed: no hidden input near

@@ -4,7 +4,9 @@ other than the judge, as the judge runs them.
 `bind`: a function to a `wire.Remote`, a dataclass to a mirror, a value to its plain data, an
 answer that did not run to a placeholder saying why.
 
-`race_claims`, `race_admissions`: the rival is the same name in a second learner process. `rebound`: the name is
+`race_claims`, `race_admissions`, `between_check_and_write`: forced at the learner process's lock calls
+(judge.schedule), never at a statement trace it reports; the rival of the first two is the same name in a
+second learner process. `rebound`: the name is
 rebound in the learner process too, so the judge sees every call the learner's own code makes.
 `run_checkpoint`, `run_matrix`: the fences, the runtime's or the five functions of a learner process that
 ran 01, 02 and 04; the worker pass, the runtime's or 05's, run by workers in learner sandboxes; ledgers in
@@ -115,6 +117,18 @@ class Context:
             raise checks.CheckFailed(f"`{name}` is not defined in a second process running your notebook")
         return found
 
+    def forcing(self, function: Any = None) -> Any:
+        """How a forced race runs when worker A is `function` (or the code of this check's learner
+        process): at that process's lock calls; the course's own code, in the judge, as in Lab."""
+        from course.grading.judge import schedule
+
+        peer = function.peer if isinstance(function, wire.Remote) else self.peer if function is None else None
+        if peer is None:
+            return checks.interleave
+        if getattr(peer, "locks", None) is None:  # never a trace instead: the race is not run at all
+            raise RuntimeError("the learner process's lock calls did not reach the judge: the race cannot be forced")
+        return schedule.forcing(peer.locks)
+
     @functools.cached_property
     def implementation(self) -> Any:
         """The checkpoint's fences: 01, 02 and 04 run as written in a learner process of their own."""
@@ -159,10 +173,14 @@ def substitute(namespace: dict[str, Any], context: Context) -> None:
     from course.checkpoint import matrix, run
 
     def race_claims(location: Any, claim: Any, *, now: float | None = None, rival: Any = None) -> dict[str, Any]:
-        return checks.race_claims(location, claim, now=now, rival=rival or context.again(claim))
+        return checks.race_claims(location, claim, now=now, rival=rival or context.again(claim),
+                                  force=context.forcing(claim))
 
     def race_admissions(rule: Any, **options: Any) -> dict[str, Any]:
-        return fence_checks.race_admissions(rule, rival=context.again(rule), **options)
+        return fence_checks.race_admissions(rule, rival=context.again(rule), force=context.forcing(rule), **options)
+
+    def between_check_and_write(db: Any, write: Any, takeover: Any, **options: Any) -> dict[str, Any]:
+        return checks.between_check_and_write(db, write, takeover, force=context.forcing(), **options)
 
     def run_checkpoint(implementation: Any = None, *args: Any, worker: Any = None, **kwargs: Any) -> Any:
         kwargs.pop("require_saved", None)  # the judge judges what was submitted
@@ -192,6 +210,7 @@ def substitute(namespace: dict[str, Any], context: Context) -> None:
                 context.peer.call({"name": "__rebind__"}, (name, there))
 
     swaps = {id(checks.race_claims): race_claims, id(fence_checks.race_admissions): race_admissions,
+             id(checks.between_check_and_write): between_check_and_write,
              id(run.run_checkpoint): run_checkpoint, id(matrix.run_matrix): run_matrix, id(checks.rebound): rebound}
     for name, value in list(namespace.items()):
         if id(value) in swaps:

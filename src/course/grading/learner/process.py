@@ -5,7 +5,9 @@
 NOTEBOOK is a notebook (the release's setup cells, then the learner's cells) or `implementation`
 (the checkpoint's five functions from 01, 02 and 04). It first reports how each cell ended, then answers
 calls by name (`__describe__`: what names are; `__rebind__`: a name bound to a judge's callback)
-until the wire closes. Nothing it says is believed: the judge decides from data.
+until the wire closes. For a check that forces a race, before all that it hands the listener of its
+lock calls (course.grading.lockcalls) to the grader, who answers them until the judge takes it.
+Nothing it says is believed: the judge decides from data.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from course.lab import learner
 from course.lessons.checks import assign, is_stub, looked_up
-from course.grading import findings, wire
+from course.grading import findings, lockcalls, wire
 from course.grading.sandbox import reaper
 
 DESCRIBE, REBIND = "__describe__", "__rebind__"
@@ -93,13 +95,18 @@ class _Discard(io.TextIOBase):
 
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(os.environ["COURSE_WIRE_FD"]))
+    if os.environ.get(lockcalls.VARIABLE):  # a check that forces a race: before any learner code, its
+        listener = lockcalls.install()  # lock calls are answered outside it
+        socket.send_fds(sock, [lockcalls.LISTENER], [listener])
+        os.close(listener)
     reaper.become_subreaper()  # what the cells start re-parents here
     findings.watch_writes()  # a write the system refused shows in its cell's report, even when caught
     namespace, runs = load(argv[0])
     reaper.kill_all_descendants()  # before serving: what the cells left running serves no check
     sys.stdout = sys.stderr = _Discard()  # prints while serving reach nobody
     served: dict[str, Any] = {}
-    peer = wire.Peer(sock, resolve_name=lambda name: served[name] if name in served else namespace[name])
+    peer = wire.Peer(sock, resolve_name=lambda name: served[name] if name in served else namespace[name],
+                     sends_tracers=True)
     served[DESCRIBE] = lambda wanted: describe(namespace, peer, list(wanted))
     served[REBIND] = lambda name, value: assign(namespace, str(name), value)  # the judge's `rebound`
     peer.send({"ready": fitted([run.to_json() for run in runs]), "pid": os.getpid()})

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from course.grading import wire
+from course.grading.lockcalls import LISTENER, VARIABLE, LockCalls
 from course.grading.learner.tripwires import overlays
 from course.grading.sandbox import reaper
 from course.grading.sandbox.bubblewrap import WORKDIR, Limits, Sandbox, sandbox_disabled
@@ -50,6 +51,7 @@ class Learner:
                  wire_end: socket.socket | None = None, stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.DEVNULL):
         self.sandbox, self.sent, self._stack = sandbox, [], contextlib.ExitStack()
         self.log: Path | None = None  # a worker's stderr, where the grader keeps it
+        self.locks: LockCalls | None = None  # its lock calls, answered here until the judge takes them
         keep = [wire_end.fileno()] if wire_end is not None else []
         try:
             if sandbox is not None:
@@ -113,6 +115,9 @@ class Learner:
 
     def close(self) -> None:
         """Kill it and its whole sandbox, reap it, remove its cgroup."""
+        if self.locks is not None:
+            self.locks.close()
+            self.locks = None
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -158,21 +163,38 @@ def submitted_notebooks(folder: Path) -> dict[str, int]:
 
 
 def start(what: str, answers: frozenset[str], submitted: Path, release: Path, scratch: tuple[Path, str],
-          cell_seconds: float, rooms: Path | None = None) -> tuple[Learner, socket.socket, list[dict]]:
+          cell_seconds: float, rooms: Path | None = None,
+          races: bool = False) -> tuple[Learner, socket.socket, list[dict]]:
     """A learner process for `what` (a notebook, or `implementation`): (it, the judge's end of its
     wire, its report on each cell). Each cell has `cell_seconds`; a process that does not report
-    within a few times that (its cells ignore the interrupt) is stopped."""
+    within a few times that (its cells ignore the interrupt) is stopped. For a check that `races`,
+    its lock calls are answered here (`learner.locks`) until the judge takes them."""
     ours, theirs = socket.socketpair()
     argv = [sys.executable, "-P", "-m", "course.grading.learner.process", what]
-    env = {WIRE_FD: str(theirs.fileno()), CELL_SECONDS: repr(float(cell_seconds))}
+    env = {WIRE_FD: str(theirs.fileno()), CELL_SECONDS: repr(float(cell_seconds)),
+           **({VARIABLE: "1"} if races else {})}
     learner = launch(argv, env, answers, submitted, release, scratch, rooms, wire_end=theirs)
     try:
+        learner.locks = _lock_calls(ours, learner) if races else None
         report = _ready(ours, learner, max(30.0, 3 * cell_seconds))
     except BaseException:
         ours.close()
         learner.close()
         raise
     return learner, ours, report
+
+
+def _lock_calls(sock: socket.socket, learner: Learner, within: float = 30.0) -> LockCalls:
+    """The listener of its lock calls, the first thing it sends (before any learner code loads)."""
+    message, fds = b"", []
+    if select.select([sock], [], [], within)[0]:
+        message, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    if message != LISTENER or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise LearnerFailed(f"the process that runs your notebook could not hand its lock calls to the grader "
+                            f"(it exited with status {learner.status(2.0)}): this system cannot grade races")
+    return LockCalls(fds[0])
 
 
 def _ready(sock: socket.socket, learner: Learner, within: float) -> list[dict]:
