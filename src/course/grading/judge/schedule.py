@@ -9,9 +9,10 @@ the learner's word, and a wait inside learner code could reorder the race. So he
   them while worker B runs to its end, then lets A go on. SQLite takes a lock before it reads and
   before it writes, so if A decides from a read and writes later, some lock call of A lies between.
 - Which call that is, A is not asked: each call A makes when it runs alone while it holds a read
-  mark (F_GETLK on the -shm file: it has read, and has not taken the write lock) is tried in turn,
-  the last first, every trial from the same starting database, after both serial orders (A then B,
-  B then A). Until the held call, A does what it did alone, so every place is tried.
+  mark (F_GETLK on the -shm file: it has read, and has not taken the write lock) and before it has
+  made its last change is tried in turn, the last first, every trial from the same starting
+  database, after both serial orders (A then B, B then A). Until the held call, A does what it did
+  alone, so every place is tried.
 - An outcome (what each worker returned or raised, and the database after, with times and new random
   ids left out) that no serial order explains is the race: when B ran before A had changed any
   table A changes, A decided after B, so only "B then A" explains it; after that, either order. The
@@ -90,22 +91,29 @@ def race(location: str | Path, first: Callable[[], Any], second: Callable[[], An
     start, initial = _copy(location), _contents(location)
     known = frozenset(_TOKEN.findall(repr(initial)))
     _restore(start, location)
-    places: list[int] = []  # A's lock calls at which it has read and may still write: where B can matter
-    locks.hold(CALLS + 1, each=lambda number: places.append(number) if _reading(location) else None)
+    places: dict[int, tuple] = {}  # A's lock calls at which it has read and may still write, and what it had written
+
+    def note(number: int) -> None:
+        if _reading(location):
+            places[number] = _contents(location)
+
+    locks.hold(CALLS + 1, each=note)
     alone = Trial("A then B", _run(first))  # A alone: its lock calls are counted, none held
     calls = locks.calls
     locks.release()
     if calls > CALLS:
         raise CheckFailed(f"The function under test made {calls} lock calls on the database in one call (more than "
                           f"{CALLS}): the race could not be tried at each of them. Read and write in one transaction.")
-    changed = {table for table, rows in _contents(location) if (table, rows) not in initial}  # what A writes
+    done = _contents(location)
+    changed = {table for table, rows in done if (table, rows) not in initial}  # what A writes
+    places = {number: was for number, was in places.items() if was != done}  # after its last change B can only follow A
     alone.second = _run(second)
     a_then_b = alone.outcome(location, known)
     _restore(start, location)
     seen = Trial("B then A", second=_run(second))
     seen.first = _run(first)
     b_then_a, chosen = seen.outcome(location, known), _copy(location)
-    for number in reversed(places):  # the last first: a gap lies just before A's write
+    for number in sorted(places, reverse=True):  # the last first: a gap lies just before A's write
         _restore(start, location)
         trial = _inside(first, second, locks, number, location, {t: rows for t, rows in initial if t in changed})
         if trial is None or not trial.ran_inside:
