@@ -32,6 +32,7 @@ from course.grading.nbgrader import commands
 from course.grading.sandbox.bubblewrap import SandboxUnavailable, ensure_available
 
 from checked_answers import home
+from test_resource_fence import MISTAKES
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions" / "ch12"
@@ -70,6 +71,46 @@ def claim(db, owner, *, now=None, ttl=90, recovery_only=False, control_only=Fals
     return Claim(row["id"], row["session"], row["prompt"], generation, owner, control["epoch"],
                  row["subject"], row["role"])
 '''
+
+# --- forced races: a racy answer with every trick at once (tests/test_forced_races.py: the scheduler) ----
+
+FAKE = ('CONN.execute("SELECT count(*) FROM {table}").fetchone(); '
+        'CONN.execute("BEGIN IMMEDIATE"); CONN.execute("COMMIT")')  # a read, then a write, of nothing
+
+
+def cell_of(notebook_name: str, grade_id: str) -> str:
+    cells = json.loads((SOLUTIONS / notebook_name).read_text())["cells"]
+    return next("".join(c["source"]) for c in cells
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _tricks(racy: str, read: str, write: str, conn: str, table: str, later: str, seconds: float) -> dict[str, str]:
+    """The racy answer, and the same with every trick at once: a read and a write of nothing before its
+    real ones, a sleep between its read and its write, and one before its read when it is the later worker."""
+    assert racy.count(read) == 1 and racy.count(write) == 1, "the racy answer changed: find its read and write again"
+    indent = read[: len(read) - len(read.lstrip())]
+    sleep, fake = f"__import__('time').sleep({seconds})", FAKE.replace("CONN", conn).format(table=table)
+    return {"racy": racy, "tricked": racy.replace(read, f"{indent}{fake}\n{indent}{sleep} if {later} else None\n{read}")
+            .replace(write, f"{indent}{sleep}\n{write}")}
+
+
+OBSERVE = cell_of("02_fencing.ipynb", "observe")
+CHECK_INSIDE = "    with db.immediate() as connection:\n        assert_current(connection, work)\n"
+CHECK_OUTSIDE = "    assert_current(db.connection, work)\n    with db.immediate() as connection:\n"
+RACY_OBSERVE = OBSERVE.replace(CHECK_INSIDE, CHECK_OUTSIDE)
+RACES = {  # notebook: (answer cell, race check, the tricks), with sleeps longer than Lab's wait (0.5 s; 06: 1.5 s)
+    "01_claims.ipynb": ("claim", "test_claim_race", _tricks(
+        RACY_CLAIM, '    row = connection.execute(\n        "SELECT w.*', '    generation = row["generation"] + 1\n',
+        "db.connection", "assistant_work", "owner.endswith('B')", 0.6)),
+    "02_fencing.ipynb": ("observe", "test_fences_inside_the_transaction", _tricks(
+        RACY_OBSERVE, "    assert_current(db.connection, work)\n", "    with db.immediate() as connection:\n",
+        "db.connection", "assistant_work", "work.generation == 1", 0.6)),
+    "06_explore.ipynb": ("admit_generation", "test_admit_generation", _tricks(
+        MISTAKES["check then record, replacing"], '    row = ledger.execute("SELECT generation',
+        '    ledger.execute("INSERT', "ledger", "fence", "generation == 2", 1.6)),
+}
+NEEDED = {"01_claims.ipynb": ("claim_dataclass",), "02_fencing.ipynb": ("assert_current",)}  # what the race calls too
+
 
 # --- honest answers written differently ------------------------------------------------------------
 
@@ -461,6 +502,11 @@ def class_of_students(root: Path, outside: Path) -> dict[str, tuple[dict, str | 
                                                VANDAL_RESOURCES[1:])}, "untouched"),
         "untouched": ({CLAIMS: notebook(CLAIMS, RELEASE)}, None),
     }
+    for name, (cell, _, tricks) in RACES.items():  # the race's answer and what it calls, no other
+        needed = {grade_id: cell_of(name, grade_id) for grade_id in NEEDED.get(name, ())}
+        for trick, source in tricks.items():
+            students[f"race_{name[:2]}_{trick}"] = ({name: notebook(name, RELEASE, {**needed, cell: source})},
+                                                     None if trick == "racy" else f"race_{name[:2]}_racy")
     attacks = {**{f"reference_{kind}": replace for kind, replace in REFERENCE_WAYS.items()},
                **{f"odd_{kind}": replace for kind, replace in BOUND_ODDLY.items()},
                "traps": TRAPS, "forger": {"claim": FORGER}, "spy": {"claim": SPY}, "liar": {"claim": LIAR},
@@ -574,6 +620,16 @@ def test_no_attack_scores_more_than_its_twin(graded, student):
     mine, fair = by_student[student], by_student[twin]
     gained = {part: (points, fair.get(part, 0)) for part, points in mine.items() if points > fair.get(part, 0)}
     assert gained == {}, f"{student} earned more than {twin} on {gained}"
+
+
+@pytest.mark.parametrize("name", sorted(RACES))
+def test_a_racy_answer_that_fakes_and_sleeps_scores_no_more_than_without_it(graded, name):
+    """Forced races are scheduled at the learner process's lock calls (course.grading.judge.schedule)."""
+    root, _, _, _, students = graded
+    by_student, check = scores(root), f"{name.removesuffix('.ipynb')}/{RACES[name][1]}"
+    twin, tricked = by_student[f"race_{name[:2]}_racy"], by_student[f"race_{name[:2]}_tricked"]
+    assert twin[check] == 0 and tricked[check] == 0, (twin, tricked)
+    assert {part: points for part, points in tricked.items() if points > twin.get(part, 0)} == {}
 
 
 def test_the_course_answer_reached_another_way_is_named_in_the_feedback(graded):
