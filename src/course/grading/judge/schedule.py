@@ -26,6 +26,7 @@ the learner's word, and a wait inside learner code could reorder the race. So he
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import os
@@ -33,6 +34,7 @@ import re
 import sqlite3
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,6 +54,7 @@ class Trial:
     second: Any = None
     ran_inside: bool = False  # B ran to its end while A was held at a lock call
     inside: bool = False  # ... before A had changed any table it changes: B between A's reads and its write
+    waited: float = 0.0  # seconds B took while A was held
 
     def outcome(self, location: str | Path, known: frozenset[str]) -> tuple:
         """What it returned and left, with times and random ids made in the trial (not in `known`) left out."""
@@ -79,8 +82,8 @@ def forcing(locks: LockCalls) -> Callable[..., dict[str, Any]]:
         for value in (trial.first, trial.second):
             if isinstance(value, BaseException):
                 raise value
-        return {"first": trial.first, "second": trial.second, "second in gap": trial.inside, "second waited": 0.0,
-                "statements": 1}
+        return {"first": trial.first, "second": trial.second, "second in gap": trial.inside,
+                "second waited": trial.waited}
 
     return interleave
 
@@ -145,8 +148,9 @@ def _inside(first: Callable[[], Any], second: Callable[[], Any], locks: LockCall
                 box["write locked"] = True
                 return
             box["before A"] = all(untouched.get(table, rows) == rows for table, rows in _contents(location))
-            b = _Bounded(second)
+            began, b = time.monotonic(), _Bounded(second)
             if b.ended.wait(WITHIN):
+                box["waited"] = time.monotonic() - began
                 box["second"] = b.value
             else:
                 box["second"] = CheckFailed(f"Worker B did not end within {WITHIN:g} s while worker A waited at a "
@@ -167,7 +171,7 @@ def _inside(first: Callable[[], Any], second: Callable[[], Any], locks: LockCall
     if "second" not in box:
         return Trial(f"A held at lock call {number}, holding the write lock", first_value)
     return Trial(f"B inside A's lock call {number}", first_value, box["second"], ran_inside=True,
-                 inside=box["before A"])
+                 inside=box["before A"], waited=box.get("waited", WITHIN))
 
 
 class _Bounded:
@@ -208,15 +212,8 @@ def _restore(copy: sqlite3.Connection, location: str | Path) -> None:
         target.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-class _opened:
-    def __init__(self, location: str | Path) -> None:
-        self.connection = sqlite3.connect(location, timeout=WITHIN)
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self.connection
-
-    def __exit__(self, *exc: Any) -> None:
-        self.connection.close()
+def _opened(location: str | Path) -> contextlib.closing[sqlite3.Connection]:
+    return contextlib.closing(sqlite3.connect(location, timeout=WITHIN))
 
 
 def _contents(location: str | Path) -> tuple:
