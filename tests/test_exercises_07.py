@@ -62,6 +62,9 @@ SEQUENTIAL = RACE_ANOTHER_WAY.replace(
     "            raced[key] = error")
 NEVER_FINISHED = RACE_ANOTHER_WAY.replace(
     'finish(db, work, "BLOCKED", "waiting for room on the account" if order_id in refused else "approved")', "pass")
+SLEEPS_OUT = RACE_ANOTHER_WAY.replace(  # the second approval waits out Lab's half second: the race never happens
+    "raced = forced_approvals(db.path, first, second)",
+    "raced = forced_approvals(db.path, first, lambda own: time.sleep(1.0) or second(own))")
 ALWAYS_REFUSES_ONE = RACE_ANOTHER_WAY.replace(
     "raced = forced_approvals(db.path, first, second)",
     "raced = {\"first\": forced_approvals(db.path, first, lambda own: None)[\"first\"],\n"
@@ -75,6 +78,7 @@ def test_a_race_written_differently_keeps_its_points():
 
 @pytest.mark.parametrize("source, said", [
     (SEQUENTIAL, "one after the other"),      # the old solution's weakness: no real race
+    (SLEEPS_OUT, "one after the other"),      # the same, through forced_approvals (the judge's clock decides)
     (NEVER_FINISHED, "never finished"),       # ... and turns left holding their work
     (ALWAYS_REFUSES_ONE, "admit"),            # a refusal decided without asking the account
 ])

@@ -1,7 +1,8 @@
 """Forced races, graded at the learner process's lock calls (course.grading.judge.schedule).
 
 The scheduler itself, with real processes that carry the filter: a correct claim keeps one winner;
-a racy claim loses, whatever it fakes or sleeps. Graded by `course autograde`, the same tricks on
+a racy claim loses, whatever it fakes or sleeps, and so does one that counts its calls or times
+them. Graded by `course autograde`, the same tricks on
 each race the course forces are students of tests/test_hostile_submissions.py's class.
 """
 
@@ -114,3 +115,40 @@ def test_a_racy_claim_is_caught_whatever_it_fakes_or_sleeps(workers, trick):
     assert trial.first is not None and trial.second is not None, f"{trick}: {trial}"
     assert trial.inside and "lock call" in trial.schedule
     assert time.monotonic() - started < 60
+
+
+COUNTING = '''
+{careful}
+_careful = claim
+{racy}
+_racy, _calls = claim, []
+
+
+def claim(db, owner, **options):  # racy the first two times this process is asked, then {then}
+    _calls.append(owner)
+    if len(_calls) <= 2:
+        return _racy(db, owner, **options)
+    return {after}
+'''
+THEN = {"careful": ("careful", "_careful(db, owner, **options)"), "gives_up": ("it claims nothing", "None")}
+
+
+@pytest.mark.parametrize("then", sorted(THEN))
+def test_a_racy_claim_that_counts_its_calls_is_caught(workers, then):
+    """The judge runs A alone first and B then A; a claim that is racy in those and careful (or gives
+    up) once it could be held does not do, from the same database, what it did alone."""
+    words, after = THEN[then]
+    source = COUNTING.format(careful=cell_of("01_claims.ipynb", "claim"), racy=RACY_CLAIM, then=words, after=after)
+    with pytest.raises(schedule.CheckFailed, match="took other locks than"):
+        _raced(workers, source)
+
+
+def test_a_racy_claim_that_gives_up_when_its_calls_took_long_is_caught(workers):
+    """Held while B runs (B sleeps 0.3 s), A notices the time its read and write took and gives up, which
+    B then A explains; held as long with no B, it gives up too, which nothing explains."""
+    began = "    time.sleep(0.3) if owner.endswith('B') else None\n    began = time.monotonic()\n"
+    source = (RACY_CLAIM.replace("    connection = db.connection\n", f"{began}    connection = db.connection\n")
+              .replace("    with db.immediate() as connection:\n", "    with db.immediate() as connection:\n"
+                       "        if time.monotonic() - began > 0.15:\n            return None\n"))
+    with pytest.raises(schedule.CheckFailed, match="went by how long"):
+        _raced(workers, source)

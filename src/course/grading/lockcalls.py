@@ -75,10 +75,10 @@ class LockCalls:
         self._thread = threading.Thread(target=self._serve, name="lock-calls", daemon=True)
         self._thread.start()
 
-    def hold(self, number: int, wake: threading.Event | None = None,
+    def hold(self, number: int | None, wake: threading.Event | None = None,
              each: Callable[[int], None] | None = None) -> None:
-        """From now, count this process's lock calls and hold the `number`-th (`held`, and `wake`, are
-        set when it is held); `each(n)` runs before the n-th call is let go on."""
+        """From now, count this process's lock calls and hold the `number`-th (None: none; `held`, and
+        `wake`, are set when it is held); `each(n)` runs before the n-th call is let go on."""
         with self._lock:
             self.calls, self._hold, self._wake, self._each = 0, number, wake, each
             self.held.clear()

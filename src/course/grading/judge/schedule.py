@@ -20,8 +20,10 @@ the learner's word, and a wait inside learner code could reorder the race. So he
   check sees the latest place at which B ran before A's change (or, if there is none, B then A).
 - A sleep changes nothing: a held A waits however long B takes (up to WITHIN seconds, after which
   the check fails), and B starts only at one of A's lock calls.
-- A lock call at which A already holds the write lock is no place for B (B would wait for A): the
-  judge sees that from the lock itself (fcntl F_GETLK on the database's files) and lets A go on.
+- Run again from the same database, A must hold what it held alone before each lock call up to the
+  held one (the judge sees that from the locks themselves, fcntl F_GETLK on the database's files).
+  SQLite takes the same locks for the same statements, so only a function that counts its calls
+  (to be racy when run alone and careful when held) strays, and its check fails.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ from course.lessons.checks import CheckFailed
 
 WITHIN = 20.0  # seconds: A to reach a lock call, B to end while A waits, A to end once let go
 CALLS = 64  # lock calls of A tried; a call that makes more is refused
+STRAYED = ("Called again on the same database, the function under test took other locks than the first time "
+           "(or fewer): a forced race calls each worker several times, and only a function that does the same "
+           "from the same state can be shown safe. Decide from the database, not from how often you were called.")
+PAUSED = ("Held at a lock call as long as the other worker takes, with no other worker running, the function "
+          "under test did something else than when it ran alone: it went by how long its calls took. A worker must "
+          "decide from what the database holds, read under the write lock.")
+PAUSE = 0.05  # seconds: the least A is held with no B
 _TIME = re.compile(r"\d+\.\d+")  # a time in a row or a message: it differs from trial to trial
 _TOKEN = re.compile(r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a random id
 
@@ -52,8 +61,7 @@ class Trial:
     schedule: str
     first: Any = None  # what A returned, or the exception it raised
     second: Any = None
-    ran_inside: bool = False  # B ran to its end while A was held at a lock call
-    inside: bool = False  # ... before A had changed any table it changes: B between A's reads and its write
+    inside: bool = False  # B ran while A was held, before A changed what it changes: between its read and write
     waited: float = 0.0  # seconds B took while A was held
 
     def outcome(self, location: str | Path, known: frozenset[str]) -> tuple:
@@ -94,21 +102,25 @@ def race(location: str | Path, first: Callable[[], Any], second: Callable[[], An
     start, initial = _copy(location), _contents(location)
     known = frozenset(_TOKEN.findall(repr(initial)))
     _restore(start, location)
-    places: dict[int, tuple] = {}  # A's lock calls at which it has read and may still write, and what it had written
+    states: list[tuple[bool, bool]] = []  # what A held before each of its lock calls, alone
+    places: dict[int, tuple] = {}  # the calls at which it has read and may still write, and what it had written
 
     def note(number: int) -> None:
-        if _reading(location):
+        states.append(_state(location))
+        if states[-1] == READING and number <= CALLS:
             places[number] = _contents(location)
 
-    locks.hold(CALLS + 1, each=note)
+    locks.hold(None, each=note)
     alone = Trial("A then B", _run(first))  # A alone: its lock calls are counted, none held
-    calls = locks.calls
     locks.release()
-    if calls > CALLS:
-        raise CheckFailed(f"The function under test made {calls} lock calls on the database in one call (more than "
-                          f"{CALLS}): the race could not be tried at each of them. Read and write in one transaction.")
+    if len(states) > CALLS:
+        raise CheckFailed(f"The function under test made {len(states)} lock calls on the database in one call "
+                          f"(more than {CALLS}): the race could not be tried at each of them. Read and write in one "
+                          "transaction.")
     done = _contents(location)
+    by_itself = _alike(repr((_shown(alone.first), done)), known)  # what A returned and left, alone
     changed = {table for table, rows in done if (table, rows) not in initial}  # what A writes
+    read = set(places)  # where the judge read the database while A ran
     places = {number: was for number, was in places.items() if was != done}  # after its last change B can only follow A
     alone.second = _run(second)
     a_then_b = alone.outcome(location, known)
@@ -118,9 +130,8 @@ def race(location: str | Path, first: Callable[[], Any], second: Callable[[], An
     b_then_a, chosen = seen.outcome(location, known), _copy(location)
     for number in sorted(places, reverse=True):  # the last first: a gap lies just before A's write
         _restore(start, location)
-        trial = _inside(first, second, locks, number, location, {t: rows for t, rows in initial if t in changed})
-        if trial is None or not trial.ran_inside:
-            continue
+        trial = _inside(first, second, locks, number, location, {t: rows for t, rows in initial if t in changed},
+                        states[:number], read)
         outcome = trial.outcome(location, known)
         # B ended before A changed anything it changes: A decided after B, as in B then A. Otherwise
         # either order will do (B may have come after A's change).
@@ -130,24 +141,43 @@ def race(location: str | Path, first: Callable[[], Any], second: Callable[[], An
             break
         if trial.inside and seen.schedule == "B then A":  # the latest place before A's change
             seen, chosen = trial, _copy(location)
+        if number == max(places):  # A held there as long, with no B: only a clock tells it from the trial
+            _restore(start, location)
+            paused = _inside(first, None, locks, number, location, {}, states[:number], read, pause=trial.waited)
+            if _alike(repr((_shown(paused.first), _contents(location))), known) != by_itself:
+                raise CheckFailed(PAUSED)
     _restore(chosen, location)
     return seen
 
 
-def _inside(first: Callable[[], Any], second: Callable[[], Any], locks: LockCalls, number: int,
-            location: str | Path, untouched: dict[str, tuple]) -> Trial | None:
-    """B run to its end while A is held at its `number`-th lock call; None if A made fewer. A runs in
-    this thread (a connection it is passed belongs here), the schedule in another."""
-    woken, box = threading.Event(), {}
+def _inside(first: Callable[[], Any], second: Callable[[], Any] | None, locks: LockCalls, number: int,
+            location: str | Path, untouched: dict[str, tuple], alone: list[tuple[bool, bool]], read: set[int],
+            pause: float = 0.0) -> Trial:
+    """B run to its end while A is held at its `number`-th lock call (no B: A held 1.5 x `pause` seconds,
+    at least PAUSE), A having held what it held alone (`alone`) before each call until then. The judge
+    reads the database at the same calls (`read`) as it did when A ran alone: a read may set a read
+    mark, and so change which locks A takes next. A runs in this thread (a connection it is passed
+    belongs here), the schedule in another."""
+    woken, box, states = threading.Event(), {}, []
+
+    def each(call: int) -> None:
+        states.append(_state(location))
+        if call in read and call < number:
+            _contents(location)
 
     def schedule() -> None:
         try:
-            if not woken.wait(WITHIN) or not locks.held.is_set():
-                return  # A ended first (or is still on its way: it is let go on below)
-            if _write_locked(location):  # B would only wait for A here
-                box["write locked"] = True
+            woken.wait(WITHIN)
+            if not locks.held.is_set():
+                box["late"] = not woken.is_set()  # A is still on its way (it is let go on), or it ended first
                 return
+            if states != alone:
+                return  # A strayed from what it did alone: B is not run, and the check fails below
             box["before A"] = all(untouched.get(table, rows) == rows for table, rows in _contents(location))
+            if second is None:
+                time.sleep(max(pause * 1.5, PAUSE))
+                box["second"] = None
+                return
             began, b = time.monotonic(), _Bounded(second)
             if b.ended.wait(WITHIN):
                 box["waited"] = time.monotonic() - began
@@ -158,7 +188,7 @@ def _inside(first: Callable[[], Any], second: Callable[[], Any], locks: LockCall
         finally:
             locks.release()
 
-    locks.hold(number, wake=woken)
+    locks.hold(number, wake=woken, each=each)
     scheduler = threading.Thread(target=schedule, name="schedule", daemon=True)
     scheduler.start()
     try:
@@ -166,11 +196,12 @@ def _inside(first: Callable[[], Any], second: Callable[[], Any], locks: LockCall
     finally:
         woken.set()
         scheduler.join(2 * WITHIN)
-    if not locks.held.is_set():
-        return None
-    if "second" not in box:
-        return Trial(f"A held at lock call {number}, holding the write lock", first_value)
-    return Trial(f"B inside A's lock call {number}", first_value, box["second"], ran_inside=True,
+    if box.get("late"):
+        raise CheckFailed(f"Worker A did not reach its lock call {number} within {WITHIN:g} s, although it had "
+                          "reached it at once the first time: each worker should decide in well under a second.")
+    if "second" not in box:  # from the same database, the same process did something else this time
+        raise CheckFailed(STRAYED)
+    return Trial(f"B inside A's lock call {number}", first_value, box["second"],
                  inside=box["before A"], waited=box.get("waited", WITHIN))
 
 
@@ -238,19 +269,18 @@ def _alike(text: str, known: frozenset[str]) -> str:
 _probes: dict[str, int] = {}  # kept open: closing a file drops every lock this process holds on it
 
 
-def _write_locked(location: str | Path) -> bool:
-    """Whether another process holds an exclusive lock of the database: one of the -shm file's
-    (bytes 120-128: the write lock, a checkpoint, a recovery, a read mark being set, the first
-    connection setting up) or the database file's (rollback journal's reserved, pending, exclusive).
-    SQLite holds these briefly, so B (and the judge) would only wait for A."""
-    return _locked(f"{location}-shm", 120, 9, fcntl.F_RDLCK) or _locked(str(location), 0x40000000, 512, fcntl.F_RDLCK)
+def _state(location: str | Path) -> tuple[bool, bool]:
+    """What another process (A: B and the judge are idle then) holds of the database: (a WAL read mark,
+    -shm bytes 123-127; an exclusive lock, one of the -shm file's bytes 120-128 (the write lock, a
+    checkpoint, a recovery, a read mark being set, the first connection setting up) or the database
+    file's (rollback journal's reserved, pending, exclusive)). READING, a read mark and no exclusive
+    lock, is inside a read: what A read may be stale by its write. At any other lock call B would
+    find what it finds at the read's end, or after A's write, or wait for A."""
+    return (_locked(f"{location}-shm", 123, 5, fcntl.F_WRLCK),
+            _locked(f"{location}-shm", 120, 9, fcntl.F_RDLCK) or _locked(str(location), 0x40000000, 512, fcntl.F_RDLCK))
 
 
-def _reading(location: str | Path) -> bool:
-    """Whether another process (A: B and the judge are idle then) holds a WAL read mark (-shm bytes
-    123-127) and no exclusive lock: it is inside a read, and what it read may be stale by its write.
-    At any other lock call B would find what it finds at the read's end, or after A's write."""
-    return _locked(f"{location}-shm", 123, 5, fcntl.F_WRLCK) and not _write_locked(location)
+READING = (True, False)
 
 
 def _locked(path: str, start: int, length: int, kind: int) -> bool:

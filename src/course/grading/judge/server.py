@@ -58,6 +58,9 @@ def serve(control: socket.socket) -> None:
                     os.close(fd)
                 if message[:1] == KILL and ident in judges:
                     reaper.kill_tree(judges[ident][0])
+    reaper.kill_all_descendants()  # the grader is gone: so are its judges (one may not be reaped yet) and their folders
+    for _, folder in judges.values():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _fork_judge(fds: list[int], control: socket.socket) -> tuple[int, str]:
