@@ -24,6 +24,9 @@ the learner's word, and a wait inside learner code could reorder the race. So he
   held one (the judge sees that from the locks themselves, fcntl F_GETLK on the database's files).
   SQLite takes the same locks for the same statements, so only a function that counts its calls
   (to be racy when run alone and careful when held) strays, and its check fails.
+- A can read a clock, and a held call takes long: at the last place A is also held as long as B took
+  there with no B at all, and must then return and leave what it did alone. A function that gives
+  up when its calls took long (which "B then A" would explain in the trial) fails there.
 """
 
 from __future__ import annotations
@@ -49,10 +52,11 @@ STRAYED = ("Called again on the same database, the function under test took othe
            "(or fewer): a forced race calls each worker several times, and only a function that does the same "
            "from the same state can be shown safe. Decide from the database, not from how often you were called.")
 PAUSED = ("Held at a lock call as long as the other worker takes, with no other worker running, the function "
-          "under test did something else than when it ran alone: it went by how long its calls took. A worker must "
+          "under test did something other than what it did alone: it went by how long its calls took. A worker must "
           "decide from what the database holds, read under the write lock.")
 PAUSE = 0.05  # seconds: the least A is held with no B
-_TIME = re.compile(r"\d+\.\d+")  # a time in a row or a message: it differs from trial to trial
+_TIME = re.compile(r"\d+\.\d+|\b1\d{9}(?:\d{3})?\b")  # a time in a row or a message (or whole seconds or
+# milliseconds since 1970, as an answer may keep a lease's end): it differs from trial to trial
 _TOKEN = re.compile(r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a random id
 
 
